@@ -1,0 +1,317 @@
+"""The intermediate representation: what the data plane must do, in weir's words.
+
+The IR is the contract between :mod:`weir.translate` (which produces it from
+Gateway API resources) and :mod:`weir.xds.build` (which turns it into Envoy
+resources). It is made of frozen dataclasses holding only plain values and
+tuples, so two IRs built from the same input compare equal and serialise to
+the same bytes.
+
+Names in the IR (listener, upstream, secret names) are stable identifiers
+derived from the Gateway API objects; :mod:`weir.xds.build` uses them verbatim
+as Envoy resource names, so a reader can follow an object from a manifest to
+``/config_dump``.
+
+Nothing here knows Envoy field names. A concept appears here when a user can
+observe it; how Envoy achieves it is :mod:`weir.xds.build`'s business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# --------------------------------------------------------------------------
+# Routing
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PathMatch:
+    """A request path condition.
+
+    ``Exact`` compares the whole path. ``PathPrefix`` matches whole path
+    segments: ``/foo`` matches ``/foo``, ``/foo/`` and ``/foo/bar`` but not
+    ``/foobar``; ``/`` matches every path. ``value`` never has a trailing
+    slash unless it is ``/``.
+    """
+
+    kind: Literal["Exact", "PathPrefix"]
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderMatch:
+    """A request header condition. ``name`` is lower-cased; values compare exactly."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class RouteMatch:
+    """All conditions must hold (AND)."""
+
+    path: PathMatch
+    headers: tuple[HeaderMatch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedBackend:
+    """One destination of a forwarding action.
+
+    ``upstream`` names an :class:`Upstream` in :attr:`IR.upstreams`, or is
+    ``None`` for a backend reference that failed to resolve: the share of
+    requests that would have gone to it is answered with HTTP 500, as the
+    Gateway API requires. ``weight`` is > 0 (zero-weight backends are dropped
+    by translation).
+    """
+
+    upstream: str | None
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send the request to one of ``backends``, chosen by weight."""
+
+    backends: tuple[WeightedBackend, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectResponse:
+    """Answer the request locally, e.g. 500 for a rule with no usable backend."""
+
+    status: int
+    body: str = ""
+
+
+RouteAction = Forward | DirectResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One match and what to do with it.
+
+    ``name`` identifies the source, ``ns/route/rule/match`` (e.g.
+    ``default/web/rule/0/match/1``), and shows up in Envoy's config dump.
+    Routes are evaluated in the order they appear in :attr:`VirtualHost.routes`;
+    translation has already sorted them by Gateway API precedence.
+    """
+
+    name: str
+    match: RouteMatch
+    action: RouteAction
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualHost:
+    """Routes for a set of request hostnames.
+
+    ``domains`` holds exact names (``api.example.com``), wildcard prefixes
+    (``*.example.com``) or ``*``. Within one :class:`Listener` no domain appears
+    in two virtual hosts. Any port in the request's Host header is ignored.
+    """
+
+    name: str
+    domains: tuple[str, ...]
+    routes: tuple[Route, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """A socket Envoy binds, serving plain HTTP (HTTP/1.1 and h2c).
+
+    One IR listener exists per distinct ``(address, port)``; several Gateway
+    listeners may share it (told apart by hostname). ``name`` is
+    ``address:port``. A listener with no virtual hosts still binds and
+    answers 404.
+    """
+
+    name: str
+    address: str
+    port: int
+    virtual_hosts: tuple[VirtualHost, ...]
+
+
+# --------------------------------------------------------------------------
+# Upstreams
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A concrete IP address and port."""
+
+    address: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class StaticEndpoints:
+    """A fixed set of endpoints (Service backends). May be empty: then 503."""
+
+    endpoints: tuple[Endpoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DnsName:
+    """An external hostname that Envoy resolves itself and keeps re-resolving."""
+
+    hostname: str
+    port: int
+
+
+class UpstreamProtocol(enum.Enum):
+    """How Envoy speaks HTTP to an upstream.
+
+    ``HTTP1``: HTTP/1.1 only. ``HTTP2``: HTTP/2 only (ALPN ``h2`` over TLS,
+    prior knowledge (h2c) in plaintext). ``AUTO``: ALPN decides between h2 and
+    http/1.1; only meaningful with TLS (translation uses ``HTTP1`` for
+    plaintext).
+    """
+
+    HTTP1 = "http1"
+    HTTP2 = "http2"
+    AUTO = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectAltName:
+    """A name the upstream's certificate must carry (one of a tuple suffices).
+
+    ``kind`` ``DNS`` matches a certificate DNS SAN exactly; a ``*.`` leading
+    label in ``value`` or in the certificate is a wildcard per RFC 6125.
+    ``URI`` matches a URI SAN exactly.
+    """
+
+    kind: Literal["DNS", "URI"]
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTLS:
+    """TLS origination towards an upstream. Verification is never optional.
+
+    ``sni`` is sent in the ClientHello. The peer certificate must chain to
+    ``trusted_ca`` (the name of a :class:`TrustedCA` secret, so it can change
+    without touching the upstream) or, when that is ``None``, to the system
+    trust store at ``system_trust_file``. Exactly one of the two is set. The
+    certificate must carry one of ``subject_alt_names`` (never empty).
+    ``client_certificate`` names a :class:`TlsCertificate` secret to present,
+    for mutual TLS.
+    """
+
+    sni: str
+    subject_alt_names: tuple[SubjectAltName, ...]
+    trusted_ca: str | None = None
+    system_trust_file: str | None = None
+    client_certificate: str | None = None
+    min_version: Literal["1.2", "1.3"] = "1.2"
+    max_version: Literal["1.2", "1.3"] = "1.3"
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """A destination requests are forwarded to (an Envoy cluster).
+
+    ``name`` is ``service/NS/NAME/PORT`` or ``xbackend/NS/NAME``.
+    ``host_header``, when set, replaces the request's Host (``:authority``)
+    when this upstream is chosen; XBackends set it to the external hostname
+    so the request is valid for the real server.
+    """
+
+    name: str
+    destination: StaticEndpoints | DnsName
+    protocol: UpstreamProtocol = UpstreamProtocol.HTTP1
+    tls: UpstreamTLS | None = None
+    host_header: str | None = None
+    connect_timeout_ms: int = 5000
+
+
+# --------------------------------------------------------------------------
+# Secrets (delivered over SDS so they change without touching their users)
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedCA:
+    """PEM certificates (one or more, concatenated) that upstream certificates must chain to."""
+
+    name: str
+    pem: str
+
+
+@dataclass(frozen=True, slots=True)
+class TlsCertificate:
+    """A certificate chain and private key in PEM."""
+
+    name: str
+    certificate_chain: str
+    private_key: str
+
+
+Secret = TrustedCA | TlsCertificate
+
+
+# --------------------------------------------------------------------------
+# The whole
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DnsSettings:
+    """How Envoy resolves external hostnames.
+
+    ``resolvers`` are ``(ip, port)`` pairs; empty means the system's resolver.
+    ``lookup_timeout_ms`` bounds one query so that a silent server does not
+    hold configuration updates back for long.
+    """
+
+    resolvers: tuple[tuple[str, int], ...] = ()
+    lookup_timeout_ms: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class IR:
+    """Everything the data plane must do. Tuples are sorted by name."""
+
+    listeners: tuple[Listener, ...] = ()
+    upstreams: tuple[Upstream, ...] = ()
+    secrets: tuple[Secret, ...] = ()
+    dns: DnsSettings = DnsSettings()
+
+
+def to_data(value: Any) -> Any:
+    """Plain data (dicts, lists, scalars) for an IR value, for golden files and ``weir translate``.
+
+    Dataclasses become mappings with a ``type`` key naming their class where
+    the field's type is a union, enums become their value, tuples lists.
+    Secret material (private keys) is replaced by a placeholder so that it
+    never reaches output meant for people.
+    """
+    if isinstance(value, TlsCertificate):
+        return {
+            "type": "TlsCertificate",
+            "name": value.name,
+            "certificateChain": f"<{len(value.certificate_chain)} bytes of PEM>",
+            "privateKey": "<redacted>",
+        }
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        if isinstance(value, (Forward, DirectResponse, StaticEndpoints, DnsName, TrustedCA)):
+            out["type"] = type(value).__name__
+        for field in dataclasses.fields(value):
+            out[_camel(field.name)] = to_data(getattr(value, field.name))
+        return out
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [to_data(v) for v in value]
+    return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
