@@ -1,0 +1,82 @@
+"""Kubernetes core ``v1``: Service, Secret, ConfigMap, Namespace (the fields weir reads)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from weir.api.meta import KubeObject, Model
+
+API_VERSION = "v1"
+
+
+class ServicePort(Model):
+    name: str | None = None
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    app_protocol: str | None = None
+    port: int = Field(ge=1, le=65535)
+    target_port: int | str | None = None
+
+
+class ServiceSpec(Model):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"] = "ClusterIP"
+    cluster_ip: str | None = Field(default=None, alias="clusterIP")
+    ports: tuple[ServicePort, ...] = ()
+    selector: dict[str, str] = Field(default_factory=dict)
+    external_name: str | None = None
+
+    @property
+    def headless(self) -> bool:
+        return self.cluster_ip == "None"
+
+
+class Service(KubeObject):
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "Service"
+
+    spec: ServiceSpec = ServiceSpec()
+
+
+class Secret(KubeObject):
+    """A Secret. ``data`` values are base64 in manifests; ``stringData`` is merged over them."""
+
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "Secret"
+
+    type: str = "Opaque"
+    data: dict[str, str] = Field(default_factory=dict)
+    string_data: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("data")
+    @classmethod
+    def _base64(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, encoded in value.items():
+            try:
+                base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"data[{key}]: illegal base64 data") from None
+        return value
+
+    def value(self, key: str) -> bytes | None:
+        """The decoded value of ``key``, ``stringData`` winning over ``data``."""
+        if key in self.string_data:
+            return self.string_data[key].encode()
+        if key in self.data:
+            return base64.b64decode(self.data[key])
+        return None
+
+
+class ConfigMap(KubeObject):
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "ConfigMap"
+
+    data: dict[str, str] = Field(default_factory=dict)
+
+
+class Namespace(KubeObject):
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "Namespace"
+    NAMESPACED: ClassVar[bool] = False

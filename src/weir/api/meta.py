@@ -1,0 +1,173 @@
+"""Shared building blocks of every resource model: object metadata and conditions.
+
+Conventions for every model in :mod:`weir.api`:
+
+* Python attributes are the snake_case form of the JSON field; the JSON name
+  is the alias, and validation errors are reported by alias, so a path reads
+  ``spec.rules[0].backendRefs[1].port`` exactly as in the manifest.
+* Unknown fields are ignored (as the API server prunes them), except where a
+  typo would silently change behaviour; models are immutable once parsed.
+* Defaults are those of the upstream CRDs, applied at parse time, so
+  translation never re-implements a default.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic.alias_generators import to_camel
+
+#: RFC 1123 subdomain, as the API server checks ``metadata.name``.
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: RFC 1123 label.
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_SUBDOMAIN_RE = re.compile(DNS1123_SUBDOMAIN)
+_LABEL_RE = re.compile(DNS1123_LABEL)
+
+
+class Model(BaseModel):
+    """Base of every API model: camelCase aliases, frozen, unknown fields ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="ignore",
+        str_strip_whitespace=False,
+    )
+
+
+# Gateway API shared string types (from the upstream CRD schemas).
+ObjectName = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+SectionName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)]
+Namespace = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS1123_LABEL)]
+Group = Annotated[
+    str,
+    StringConstraints(
+        max_length=253,
+        pattern=r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    ),
+]
+Kind = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")]
+Hostname = Annotated[
+    str,
+    StringConstraints(
+        min_length=1,
+        max_length=253,
+        pattern=r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    ),
+]
+PreciseHostname = Annotated[
+    str,
+    StringConstraints(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    ),
+]
+PortNumber = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ObjectMeta(Model):
+    """The subset of ``metadata`` weir reads.
+
+    ``namespace`` is ``None`` as written; the loader fills in ``default`` for
+    namespaced kinds that omit it, as ``kubectl apply`` would.
+    """
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str | None = None
+    generation: int = 1
+    resource_version: str | None = None
+    uid: str | None = None
+    creation_timestamp: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_subdomain(cls, value: str) -> str:
+        if not _SUBDOMAIN_RE.match(value):
+            raise ValueError(
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                "characters, '-' or '.', and must start and end with an alphanumeric character"
+            )
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_label(cls, value: str | None) -> str | None:
+        if value is not None and not _LABEL_RE.match(value):
+            raise ValueError(
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                "characters or '-', and must start and end with an alphanumeric character"
+            )
+        return value
+
+
+class KubeObject(Model):
+    """A top-level Kubernetes object.
+
+    Subclasses set :attr:`API_VERSION`, :attr:`KIND` and :attr:`NAMESPACED`.
+    ``status`` is carried as plain data: weir computes status, it never reads
+    its own back from manifests, but keeps other controllers' entries.
+    """
+
+    API_VERSION: ClassVar[str] = ""
+    KIND: ClassVar[str] = ""
+    NAMESPACED: ClassVar[bool] = True
+
+    api_version: str
+    kind: str
+    metadata: ObjectMeta
+    status: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        """The object's namespace ('' for cluster-scoped kinds)."""
+        return self.metadata.namespace or ""
+
+    @property
+    def key(self) -> ObjectKey:
+        return ObjectKey(self.KIND, self.namespace, self.name)
+
+
+class ObjectKey(tuple[str, str, str]):
+    """``(kind, namespace, name)``; namespace is '' for cluster-scoped kinds."""
+
+    __slots__ = ()
+
+    def __new__(cls, kind: str, namespace: str, name: str) -> ObjectKey:
+        return super().__new__(cls, (kind, namespace, name))
+
+    @property
+    def kind(self) -> str:
+        return self[0]
+
+    @property
+    def namespace(self) -> str:
+        return self[1]
+
+    @property
+    def name(self) -> str:
+        return self[2]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+    def __repr__(self) -> str:
+        return f"ObjectKey({self.kind!r}, {self.namespace!r}, {self.name!r})"
+
+
+class LocalObjectReference(Model):
+    """A reference to an object in the same namespace (group, kind, name)."""
+
+    group: Group
+    kind: Kind
+    name: ObjectName

@@ -1,0 +1,33 @@
+"""Which model parses which ``apiVersion``/``kind``."""
+
+from __future__ import annotations
+
+from weir.api import core_v1, discovery_v1, gateway_v1, gateway_v1beta1, xbackend_v1alpha1
+from weir.api.meta import KubeObject
+
+#: Every kind weir understands, in the order translation depends on them.
+MODELS: tuple[type[KubeObject], ...] = (
+    core_v1.Namespace,
+    core_v1.Secret,
+    core_v1.ConfigMap,
+    core_v1.Service,
+    discovery_v1.EndpointSlice,
+    gateway_v1.GatewayClass,
+    gateway_v1.Gateway,
+    gateway_v1.HTTPRoute,
+    gateway_v1beta1.ReferenceGrant,
+    xbackend_v1alpha1.XBackend,
+)
+
+_BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {(m.API_VERSION, m.KIND): m for m in MODELS}
+_KINDS: dict[str, type[KubeObject]] = {m.KIND: m for m in MODELS}
+
+
+def lookup(api_version: str, kind: str) -> type[KubeObject] | None:
+    """The model for ``apiVersion``/``kind``, or ``None`` if weir does not read that type."""
+    return _BY_TYPE.get((api_version, kind))
+
+
+def model_for_kind(kind: str) -> type[KubeObject] | None:
+    """The model weir uses for a kind regardless of version (kinds are unique across weir's groups)."""
+    return _KINDS.get(kind)

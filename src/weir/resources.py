@@ -1,0 +1,105 @@
+"""An immutable, indexed snapshot of every object translation reads.
+
+Providers build a :class:`Resources` from the objects they hold; translation
+only reads it. Lookups are by :class:`~weir.api.meta.ObjectKey` or through the
+few indexes translation needs (slices of a Service, objects of a kind in
+order). Iteration order is always sorted by ``(namespace, name)`` so that
+translation output never depends on the order files were read or events
+arrived.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TypeVar
+
+from weir.api.core_v1 import ConfigMap, Namespace, Secret, Service
+from weir.api.discovery_v1 import EndpointSlice
+from weir.api.gateway_v1 import Gateway, GatewayClass, HTTPRoute
+from weir.api.gateway_v1beta1 import ReferenceGrant
+from weir.api.meta import KubeObject, ObjectKey
+from weir.api.xbackend_v1alpha1 import XBackend
+
+T = TypeVar("T", bound=KubeObject)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Every object by key, plus indexes. Build with :meth:`from_objects`."""
+
+    objects: Mapping[ObjectKey, KubeObject] = field(default_factory=dict)
+    _by_kind: Mapping[str, tuple[KubeObject, ...]] = field(default_factory=dict, repr=False)
+    _slices_by_service: Mapping[tuple[str, str], tuple[EndpointSlice, ...]] = field(
+        default_factory=dict, repr=False
+    )
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[KubeObject]) -> Resources:
+        """Index ``objects``. A later object with the same key replaces an earlier one."""
+        by_key: dict[ObjectKey, KubeObject] = {}
+        for obj in objects:
+            by_key[obj.key] = obj
+        ordered = sorted(by_key.values(), key=lambda o: (o.namespace, o.name))
+        by_kind: dict[str, list[KubeObject]] = defaultdict(list)
+        slices: dict[tuple[str, str], list[EndpointSlice]] = defaultdict(list)
+        for obj in ordered:
+            by_kind[obj.KIND].append(obj)
+            if isinstance(obj, EndpointSlice) and obj.service_name:
+                slices[(obj.namespace, obj.service_name)].append(obj)
+        return cls(
+            objects=MappingProxyType(by_key),
+            _by_kind=MappingProxyType({k: tuple(v) for k, v in by_kind.items()}),
+            _slices_by_service=MappingProxyType({k: tuple(v) for k, v in slices.items()}),
+        )
+
+    def __len__(self) -> int:
+        return len(self.objects)
+
+    def get(self, model: type[T], namespace: str, name: str) -> T | None:
+        """The object of ``model``'s kind at ``namespace/name`` (namespace '' if cluster-scoped)."""
+        obj = self.objects.get(ObjectKey(model.KIND, namespace if model.NAMESPACED else "", name))
+        return obj if isinstance(obj, model) else None
+
+    def all(self, model: type[T]) -> tuple[T, ...]:
+        """Every object of ``model``'s kind, sorted by namespace then name."""
+        return self._by_kind.get(model.KIND, ())  # type: ignore[return-value]
+
+    # Convenience accessors, named for what translation asks.
+    @property
+    def gateway_classes(self) -> tuple[GatewayClass, ...]:
+        return self.all(GatewayClass)
+
+    @property
+    def gateways(self) -> tuple[Gateway, ...]:
+        return self.all(Gateway)
+
+    @property
+    def http_routes(self) -> tuple[HTTPRoute, ...]:
+        return self.all(HTTPRoute)
+
+    @property
+    def reference_grants(self) -> tuple[ReferenceGrant, ...]:
+        return self.all(ReferenceGrant)
+
+    @property
+    def xbackends(self) -> tuple[XBackend, ...]:
+        return self.all(XBackend)
+
+    def namespace(self, name: str) -> Namespace | None:
+        return self.get(Namespace, "", name)
+
+    def service(self, namespace: str, name: str) -> Service | None:
+        return self.get(Service, namespace, name)
+
+    def secret(self, namespace: str, name: str) -> Secret | None:
+        return self.get(Secret, namespace, name)
+
+    def config_map(self, namespace: str, name: str) -> ConfigMap | None:
+        return self.get(ConfigMap, namespace, name)
+
+    def endpoint_slices(self, namespace: str, service: str) -> tuple[EndpointSlice, ...]:
+        """The slices labelled ``kubernetes.io/service-name: service`` in ``namespace``."""
+        return self._slices_by_service.get((namespace, service), ())

@@ -1,0 +1,155 @@
+"""Status conditions: Gateway API vocabulary, and the last step that depends on Envoy.
+
+Translation is pure, so it cannot know whether Envoy accepted what it
+produced. It writes every ``Programmed`` condition as ``False/Pending``;
+:func:`apply_data_plane` then settles them from what the data plane reported
+(ACK, NACK, which sockets are bound). ``lastTransitionTime`` is not set here
+either: it needs a clock and the previous status (see
+:mod:`weir.status_store`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from weir.api.meta import ObjectKey
+
+# Condition types.
+ACCEPTED = "Accepted"
+PROGRAMMED = "Programmed"
+RESOLVED_REFS = "ResolvedRefs"
+
+# Reasons (constants of the Gateway API specification).
+R_ACCEPTED = "Accepted"
+R_PROGRAMMED = "Programmed"
+R_RESOLVED_REFS = "ResolvedRefs"
+R_PENDING = "Pending"
+R_INVALID = "Invalid"
+R_INVALID_PARAMETERS = "InvalidParameters"
+R_LISTENERS_NOT_VALID = "ListenersNotValid"
+R_UNSUPPORTED_ADDRESS = "UnsupportedAddress"
+R_UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
+R_UNSUPPORTED_VALUE = "UnsupportedValue"
+R_INVALID_ROUTE_KINDS = "InvalidRouteKinds"
+R_NO_MATCHING_PARENT = "NoMatchingParent"
+R_NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
+R_NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
+R_BACKEND_NOT_FOUND = "BackendNotFound"
+R_INVALID_KIND = "InvalidKind"
+R_REF_NOT_PERMITTED = "RefNotPermitted"
+R_NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
+R_INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
+R_INVALID_CLIENT_CERTIFICATE_REF = "InvalidClientCertificateRef"
+R_ADDRESS_NOT_ASSIGNED = "AddressNotAssigned"
+
+PENDING_MESSAGE = "Waiting for Envoy to accept the configuration and bind the listener"
+
+Condition = dict[str, Any]
+
+
+def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
+    """A condition in the Kubernetes shape (without ``lastTransitionTime``)."""
+    return {
+        "type": kind,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+@dataclass(frozen=True)
+class DataPlaneState:
+    """What the data plane has reported about the configuration being judged.
+
+    ``accepted``: Envoy ACKed every resource type of this configuration.
+    ``rejection``: Envoy's message when it NACKed something (``accepted`` is
+    then False). ``bound``: the ``(address, port)`` sockets Envoy is
+    accepting connections on.
+    """
+
+    accepted: bool = False
+    rejection: str | None = None
+    bound: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+
+
+def apply_data_plane(
+    statuses: Mapping[ObjectKey, dict[str, Any]],
+    gateway_sockets: Mapping[ObjectKey, Mapping[str, tuple[tuple[str, int], ...]]],
+    state: DataPlaneState,
+) -> dict[ObjectKey, dict[str, Any]]:
+    """Settle every Gateway's ``Programmed`` conditions from ``state``.
+
+    ``gateway_sockets`` maps a Gateway to, per listener name, the sockets
+    that listener needs. A listener is programmed when the configuration was
+    accepted and all its sockets are bound; the Gateway is programmed when
+    at least one listener is and every accepted listener is. Other objects
+    pass through unchanged. The input is not modified.
+    """
+    out: dict[ObjectKey, dict[str, Any]] = dict(statuses)
+    for key, sockets_by_listener in gateway_sockets.items():
+        status = statuses.get(key)
+        if status is None:
+            continue
+        status = copy.deepcopy(status)
+        programmed_listeners = 0
+        pending: list[str] = []
+        for listener in status.get("listeners", []):
+            conds = listener["conditions"]
+            accepted = _is_true(conds, ACCEPTED)
+            sockets = sockets_by_listener.get(listener["name"], ())
+            if not accepted or not sockets:
+                continue
+            generation = _generation(conds)
+            missing = [s for s in sockets if s not in state.bound]
+            if state.rejection is not None:
+                new = condition(
+                    PROGRAMMED, False, R_INVALID,
+                    f"Envoy rejected the configuration: {state.rejection}", generation,
+                )
+            elif state.accepted and not missing:
+                new = condition(PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving this listener", generation)
+            else:
+                where = ", ".join(f"{a}:{p}" for a, p in missing) or "the listener"
+                new = condition(PROGRAMMED, False, R_PENDING, f"Waiting for Envoy to bind {where}", generation)
+            _replace(conds, new)
+            if new["status"] == "True":
+                programmed_listeners += 1
+            else:
+                pending.append(listener["name"])
+        conds = status["conditions"]
+        generation = _generation(conds)
+        if state.rejection is not None:
+            new = condition(
+                PROGRAMMED, False, R_INVALID,
+                f"Envoy rejected the configuration; the previous configuration keeps serving: {state.rejection}",
+                generation,
+            )
+        elif programmed_listeners and not pending:
+            new = condition(PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving every listener", generation)
+        elif _is_true(conds, ACCEPTED):
+            new = condition(PROGRAMMED, False, R_PENDING, PENDING_MESSAGE, generation)
+        else:
+            continue
+        _replace(conds, new)
+        out[key] = status
+    return out
+
+
+def _is_true(conds: list[Condition], kind: str) -> bool:
+    return any(c["type"] == kind and c["status"] == "True" for c in conds)
+
+
+def _generation(conds: list[Condition]) -> int:
+    return int(conds[0]["observedGeneration"]) if conds else 1
+
+
+def _replace(conds: list[Condition], new: Condition) -> None:
+    for i, cond in enumerate(conds):
+        if cond["type"] == new["type"]:
+            conds[i] = new
+            return
+    conds.append(new)
