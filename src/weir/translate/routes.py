@@ -79,16 +79,16 @@ def translate_http_routes(
                 seen.add(id(att.listener))
                 att.listener.attached += 1
             _add_routes(route, att, resolved, table)
-        refs_cond = (
-            st.condition(st.RESOLVED_REFS, False, resolved.failure.reason, resolved.failure.message, gen)
+        refs = (
+            (False, resolved.failure.reason, resolved.failure.message)
             if resolved.failure
-            else st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved", gen)
+            else (True, st.R_RESOLVED_REFS, "All references resolved")
         )
         ours = [
             {
                 "parentRef": _parent_ref_data(p["ref"], route.namespace),
                 "controllerName": controller_name,
-                "conditions": [p["accepted"], refs_cond],
+                "conditions": [p["accepted"], st.condition(st.RESOLVED_REFS, *refs, gen)],
             }
             for p in parents
         ]

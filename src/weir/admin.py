@@ -1,0 +1,93 @@
+"""weir's own admin endpoint: a tiny HTTP/1.1 server on loopback.
+
+It answers ``GET`` only, with JSON produced by callbacks the controller
+provides, so it never reaches into the controller's state:
+
+* ``/healthz`` — 200 while the control plane runs (liveness).
+* ``/ready`` — 200 once Envoy runs and has accepted a configuration, else 503.
+* ``/status`` — every managed object's status and every standing problem.
+
+It binds to loopback unless told otherwise; it exposes status, which can
+reveal names of internal objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import h11
+
+log = logging.getLogger("weir.admin")
+
+Handler = Callable[[], tuple[int, Any]]
+
+
+class AdminServer:
+    def __init__(self, host: str, port: int, routes: dict[str, Handler]) -> None:
+        self._host = host
+        self._port = port
+        self._routes = routes
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when started with port 0)."""
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        log.info("admin endpoint on http://%s:%d", self._host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    data = await asyncio.wait_for(reader.read(65536), 30)
+                    conn.receive_data(data)
+                    continue
+                if isinstance(event, h11.Request):
+                    target = event.target.decode().split("?", 1)[0]
+                    code, body = self._respond(event.method.decode(), target)
+                    payload = json.dumps(body, indent=2, sort_keys=False).encode() + b"\n"
+                    headers = [("content-type", "application/json"), ("content-length", str(len(payload)))]
+                    writer.write(conn.send(h11.Response(status_code=code, headers=headers)) or b"")
+                    writer.write(conn.send(h11.Data(data=payload)) or b"")
+                    writer.write(conn.send(h11.EndOfMessage()) or b"")
+                    await writer.drain()
+                if isinstance(event, h11.ConnectionClosed) or conn.our_state is h11.MUST_CLOSE:
+                    break
+                if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+                    conn.start_next_cycle()
+        except (h11.RemoteProtocolError, TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def _respond(self, method: str, target: str) -> tuple[int, Any]:
+        if method != "GET":
+            return 405, {"error": "only GET is supported"}
+        handler = self._routes.get(target)
+        if handler is None:
+            return 404, {"error": f"no such endpoint {target}", "endpoints": sorted(self._routes)}
+        try:
+            return handler()
+        except Exception as exc:  # a bug in a handler must not kill the admin endpoint
+            log.exception("admin handler %s failed", target)
+            return 500, {"error": str(exc)}
