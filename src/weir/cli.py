@@ -1,0 +1,219 @@
+"""The ``weir`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.logging import RichHandler
+
+from weir import DEFAULT_CONTROLLER_NAME, __version__, ir
+from weir.loader import LoadReport, load_paths
+from weir.resources import Resources
+from weir.translate import Settings, translate
+from weir.translate.settings import DEFAULT_SYSTEM_TRUST_FILE
+
+app = typer.Typer(
+    name="weir",
+    help="weir: a Gateway API implementation built around XBackend, with Envoy as the data plane.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+Paths = Annotated[
+    list[Path],
+    typer.Option("--file", "-f", help="A YAML file or a folder of them (recursive). Repeatable."),
+]
+ControllerName = Annotated[
+    str, typer.Option(help="GatewayClasses with this controllerName are weir's.")
+]
+DEFAULT_ADMIN = "127.0.0.1:9900"
+
+
+def main() -> None:
+    app()
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=err, show_path=False, rich_tracebacks=False)],
+    )
+
+
+def _host_port(value: str, what: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise typer.BadParameter(f"{what} must be HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _print_problems(report: LoadReport) -> None:
+    for problem in report.problems:
+        style = "red" if problem.severity == "error" else "yellow"
+        err.print(f"[{style}]{problem.severity}[/{style}]: {problem}", highlight=False, soft_wrap=True)
+
+
+def _settings(controller_name: str, bind_address: str, dns_resolver: list[str], trust: str) -> Settings:
+    return Settings(
+        controller_name=controller_name,
+        bind_address=bind_address,
+        dns_resolvers=tuple(_host_port(r, "--dns-resolver") for r in dns_resolver),
+        system_trust_file=trust,
+    )
+
+
+@app.command()
+def run(
+    file: Paths,
+    controller_name: ControllerName = DEFAULT_CONTROLLER_NAME,
+    bind_address: Annotated[
+        str, typer.Option(help="Where listeners bind when a Gateway has no IPAddress addresses.")
+    ] = "127.0.0.1",
+    dns_resolver: Annotated[
+        list[str], typer.Option(help="HOST:PORT of a DNS server for external hostnames. Repeatable.")
+    ] = [],  # noqa: B006 - typer needs a literal default
+    admin_address: Annotated[
+        str, typer.Option(help="HOST:PORT of weir's admin endpoint (status, health). Keep it on loopback.")
+    ] = DEFAULT_ADMIN,
+    envoy_log_level: Annotated[str, typer.Option(help="Envoy's log level.")] = "warning",
+    system_trust_file: Annotated[
+        str, typer.Option(help="CA bundle for wellKnownCACertificates: System.")
+    ] = DEFAULT_SYSTEM_TRUST_FILE,
+    log_level: Annotated[str, typer.Option(help="weir's log level.")] = "info",
+) -> None:
+    """Serve Gateway API manifests from files and folders, reloading them when they change."""
+    from weir.controller import Controller, Options, run_until_signalled
+    from weir.providers.files import FilesProvider
+
+    _setup_logging(log_level)
+    host, port = _host_port(admin_address, "--admin-address")
+    settings = _settings(controller_name, bind_address, dns_resolver, system_trust_file)
+    controller = Controller(
+        FilesProvider([str(p) for p in file]),
+        settings,
+        Options(admin_host=host, admin_port=port, envoy_log_level=envoy_log_level),
+    )
+    try:
+        asyncio.run(run_until_signalled(controller))
+    except Exception as exc:
+        err.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def validate(file: Paths) -> None:
+    """Check manifests against the API schemas. Exit 0 when valid, 1 when not."""
+    report = load_paths(file)
+    _print_problems(report)
+    count = len(report.objects)
+    if report.errors:
+        err.print(f"{len(report.errors)} error(s) in {count + len(report.errors)} object(s)")
+        raise typer.Exit(1)
+    out.print(f"{count} object(s) valid")
+
+
+@app.command("translate")
+def translate_cmd(
+    file: Paths,
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json")] = "yaml",
+    controller_name: ControllerName = DEFAULT_CONTROLLER_NAME,
+    bind_address: Annotated[str, typer.Option(help="As for `weir run`.")] = "127.0.0.1",
+    dns_resolver: Annotated[list[str], typer.Option(help="As for `weir run`.")] = [],  # noqa: B006
+) -> None:
+    """Print every resource with the status weir computes, the IR and the Envoy resources. Starts nothing."""
+    from weir.xds import build
+
+    if output not in ("yaml", "json"):
+        raise typer.BadParameter("--output must be yaml or json")
+    report = load_paths(file)
+    _print_problems(report)
+    resources = Resources.from_objects(item.object for item in report.objects)
+    settings = _settings(controller_name, bind_address, dns_resolver, DEFAULT_SYSTEM_TRUST_FILE)
+    result = translate(resources, settings)
+    data = {
+        "resources": [
+            {
+                "apiVersion": obj.api_version,
+                "kind": obj.kind,
+                "metadata": {"name": obj.name, **({"namespace": obj.namespace} if obj.namespace else {})},
+                "status": result.statuses[key],
+            }
+            for key, obj in sorted(resources.objects.items())
+            if key in result.statuses
+        ],
+        "problems": [p.to_data() for p in report.problems],
+        "ir": ir.to_data(result.ir),
+        "envoy": build.to_data(build.build(result.ir)),
+    }
+    _dump(data, output)
+    if report.errors:
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    admin_address: Annotated[str, typer.Option(help="HOST:PORT of the running weir's admin endpoint.")] = DEFAULT_ADMIN,
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json")] = "yaml",
+) -> None:
+    """Print the status of every resource a running weir manages."""
+    host, port = _host_port(admin_address, "--admin-address")
+    url = f"http://{host}:{port}/status"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback admin URL
+            data = json.loads(response.read())
+    except (urllib.error.URLError, OSError) as exc:
+        err.print(f"[red]error[/red]: cannot reach weir at {url}: {exc}. Is `weir run` running?")
+        raise typer.Exit(1) from None
+    _dump(data, output)
+
+
+@app.command()
+def version() -> None:
+    """Print the versions of weir and of the Envoy it runs."""
+    from weir.envoy import envoy_binary
+
+    out.print(f"weir {__version__}")
+    try:
+        text = subprocess.run(
+            [envoy_binary(), "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+        line = next((ln for ln in text.splitlines() if "version" in ln), text.strip())
+        out.print(f"envoy {line.split('version:', 1)[-1].strip()}", highlight=False)
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+        out.print(f"envoy: not available ({exc})")
+
+
+@app.command()
+def demo(
+    keep_running: Annotated[
+        bool, typer.Option(help="Keep weir and the demo upstream running until Ctrl-C.")
+    ] = False,
+) -> None:
+    """Offline demonstration: a local TLS 'external API', a DNS stub and weir, with verified TLS."""
+    from weir.demo import run_demo
+
+    _setup_logging("warning")
+    code = asyncio.run(run_demo(out, keep_running=keep_running))
+    raise typer.Exit(code)
+
+
+def _dump(data: Any, output: str) -> None:
+    if output == "json":
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, width=120))

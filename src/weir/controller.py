@@ -1,0 +1,347 @@
+"""The controller: wires provider → translate → xDS build → ADS → Envoy, and status back.
+
+It is the only module that knows every stage. Data moves forward: each
+provider snapshot is translated, built and served as one versioned xDS
+snapshot; what Envoy reports (ACK, NACK, bound sockets) only ever settles
+status, it never feeds back into translation.
+
+Guarantees:
+
+* A provider snapshot is served within one debounce interval.
+* If translating or building a snapshot fails (a bug), the previous
+  configuration keeps serving and the failure is logged and reported in
+  ``/status``. If Envoy rejects it, Envoy keeps its previous configuration and
+  every Gateway says so in ``Programmed``.
+* ``stop()`` leaves no Envoy process behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from weir import __version__, envoy
+from weir.admin import AdminServer
+from weir.api.meta import ObjectKey
+from weir.loader import Problem
+from weir.resources import Resources
+from weir.status_store import StatusStore
+from weir.translate import Settings, Translation, translate
+from weir.translate.status import DataPlaneState, apply_data_plane
+from weir.xds import build
+from weir.xds.server import AckStatus, AdsServer
+from weir.xds.snapshot import PUSH_ORDER, Snapshot
+
+log = logging.getLogger("weir.controller")
+
+
+class ProviderSnapshot(Protocol):
+    """What a provider hands over: the objects, and what is wrong with its input."""
+
+    @property
+    def resources(self) -> Resources: ...
+
+    @property
+    def problems(self) -> tuple[Problem, ...]: ...
+
+
+class Provider(Protocol):
+    def load(self) -> ProviderSnapshot: ...
+
+    def watch(self) -> AsyncIterator[ProviderSnapshot]: ...
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the controller runs (apart from translation settings)."""
+
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 9900
+    envoy_admin_port: int = 0
+    envoy_log_level: str = "warning"
+    envoy_concurrency: int | None = None
+    node_id: str = "weir"
+    #: How long to wait for Envoy to ACK a snapshot before reporting it as pending.
+    ack_timeout_s: float = 15.0
+
+
+@dataclass
+class _Current:
+    """The configuration being served and what is known about it."""
+
+    translation: Translation | None = None
+    snapshot: Snapshot | None = None
+    problems: tuple[Problem, ...] = ()
+    translate_error: str | None = None
+    state: DataPlaneState = field(default_factory=DataPlaneState)
+    served_at: float = 0.0
+
+
+class Controller:
+    def __init__(self, provider: Provider, settings: Settings, options: Options = Options()) -> None:
+        self._provider = provider
+        self._settings = settings
+        self._options = options
+        self._store = StatusStore()
+        self._current = _Current()
+        self._run_dir = ""
+        self._ads: AdsServer | None = None
+        self._envoy: envoy.EnvoyProcess | None = None
+        self._admin: AdminServer | None = None
+        self._settle = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._version = 0
+        self.ready = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def admin_port(self) -> int | None:
+        return self._admin.port if self._admin else None
+
+    @property
+    def envoy(self) -> envoy.EnvoyProcess | None:
+        return self._envoy
+
+    async def start(self) -> None:
+        """Start every stage; returns once Envoy runs with the first configuration pushed."""
+        self._run_dir = tempfile.mkdtemp(prefix="weir-")
+        try:
+            self._ads = AdsServer(os.path.join(self._run_dir, "xds.sock"))
+            await self._ads.start()
+            self._ads.add_listener(lambda _state: self._settle.set())
+            self._apply(self._provider.load())
+            config = envoy.bootstrap(
+                node_id=self._options.node_id,
+                ads_socket=os.path.join(self._run_dir, "xds.sock"),
+                admin_port=self._options.envoy_admin_port,
+            )
+            self._envoy = envoy.EnvoyProcess(
+                config,
+                run_dir=os.path.join(self._run_dir, "envoy"),
+                log_level=self._options.envoy_log_level,
+                concurrency=self._options.envoy_concurrency,
+                on_ready=self._on_envoy_ready,
+                on_exit=self._on_envoy_exit,
+            )
+            os.makedirs(os.path.join(self._run_dir, "envoy"), exist_ok=True)
+            await self._envoy.start()
+            self._admin = AdminServer(
+                self._options.admin_host,
+                self._options.admin_port,
+                {"/healthz": self._healthz, "/ready": self._ready_view, "/status": self._status_view},
+            )
+            await self._admin.start()
+            self._tasks = [
+                asyncio.create_task(self._watch(), name="weir-watch"),
+                asyncio.create_task(self._settle_loop(), name="weir-settle"),
+            ]
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop everything this controller started, Envoy first."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._envoy is not None:
+            await self._envoy.stop()
+        if self._admin is not None:
+            await self._admin.stop()
+            self._admin = None
+        if self._ads is not None:
+            await self._ads.stop()
+            self._ads = None
+        if self._run_dir:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = ""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start, serve until ``stop`` is set, then stop."""
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    # ------------------------------------------------------------------ forward path
+
+    async def _watch(self) -> None:
+        async for snapshot in self._provider.watch():
+            self._apply(snapshot)
+
+    def _apply(self, provider_snapshot: ProviderSnapshot) -> None:
+        """Translate, build and serve one provider snapshot; keep the last good one on failure."""
+        started = time.perf_counter()
+        self._current.problems = tuple(provider_snapshot.problems)
+        try:
+            translation = translate(provider_snapshot.resources, self._settings)
+            resources = build.build(translation.ir)
+        except Exception as exc:  # a bug must not take down the configuration being served
+            log.exception("translation failed; the previous configuration keeps serving")
+            self._current.translate_error = f"{type(exc).__name__}: {exc}"
+            self._settle.set()
+            return
+        self._current.translate_error = None
+        version = _version_of(resources)
+        self._current.translation = translation
+        if self._current.snapshot is None or self._current.snapshot.version != version:
+            snapshot = Snapshot(version=version, resources=resources)
+            self._current.snapshot = snapshot
+            self._current.state = DataPlaneState()
+            self._current.served_at = time.monotonic()
+            assert self._ads is not None
+            self._ads.set_snapshot(snapshot)
+            log.info(
+                "serving configuration %s (%d listeners, %d clusters) translated in %.1f ms",
+                version, len(resources[PUSH_ORDER[2]]), len(resources[PUSH_ORDER[1]]),
+                (time.perf_counter() - started) * 1000,
+            )
+        self._settle.set()
+
+    # ------------------------------------------------------------------ status path
+
+    def _on_envoy_ready(self, pid: int) -> None:
+        log.info("Envoy is ready (pid %d)", pid)
+        self._settle.set()
+
+    def _on_envoy_exit(self, info: envoy.ExitInfo) -> None:
+        log.warning("Envoy exited unexpectedly (%s); restarting it", info.description)
+        self._current.state = DataPlaneState()
+        self._settle.set()
+
+    async def _settle_loop(self) -> None:
+        """Recompute ``Programmed`` whenever the data plane reports something."""
+        while True:
+            await self._settle.wait()
+            self._settle.clear()
+            await self._settle_once()
+            if not self.programmed() and self._current.state.rejection is None:
+                # Still waiting for an ACK or a socket: look again shortly.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._settle.wait(), 0.1)
+                self._settle.set()
+
+    async def _settle_once(self) -> None:
+        current = self._current
+        if current.translation is None or current.snapshot is None or self._ads is None:
+            return
+        result = self._ads.state().ack_result(current.snapshot.version)
+        accepted = result is not None and result.status is AckStatus.ACKED
+        rejection = None
+        if result is not None and result.status is AckStatus.NACKED:
+            rejection = result.message or "rejected without a message"
+        envoy_up = self._envoy is not None and self._envoy.ready
+        bound: set[tuple[str, int]] = set()
+        if accepted and envoy_up:
+            for listener in current.translation.ir.listeners:
+                if await envoy.listener_bound(listener.address, listener.port):
+                    bound.add((listener.address, listener.port))
+        state = DataPlaneState(accepted=accepted and envoy_up, rejection=rejection, bound=frozenset(bound))
+        previously = current.state
+        current.state = state
+        if state.rejection and state.rejection != previously.rejection:
+            log.error("Envoy rejected configuration %s: %s", current.snapshot.version, state.rejection)
+        wanted = {(lst.address, lst.port) for lst in current.translation.ir.listeners}
+        if state.accepted and bound >= wanted and not self.ready.is_set():
+            log.info(
+                "configuration %s programmed %.0f ms after it was served",
+                current.snapshot.version, (time.monotonic() - current.served_at) * 1000,
+            )
+            self.ready.set()
+        statuses = apply_data_plane(current.translation.statuses, current.translation.gateway_sockets, state)
+        self._store.publish(statuses)
+
+    def statuses(self) -> Mapping[ObjectKey, dict[str, Any]]:
+        """The statuses currently published (with ``lastTransitionTime``)."""
+        return self._store.current
+
+    def programmed(self) -> bool:
+        """True when the configuration being served is ACKed and every listener is bound."""
+        state, translation = self._current.state, self._current.translation
+        if translation is None or not state.accepted:
+            return False
+        return state.bound >= {(lst.address, lst.port) for lst in translation.ir.listeners}
+
+    # ------------------------------------------------------------------ admin views
+
+    def _healthz(self) -> tuple[int, Any]:
+        return 200, {"status": "ok"}
+
+    def _ready_view(self) -> tuple[int, Any]:
+        ok = self._envoy is not None and self._envoy.ready and self._current.state.accepted
+        return (200 if ok else 503), {"ready": ok}
+
+    def _status_view(self) -> tuple[int, Any]:
+        current = self._current
+        envoy_proc = self._envoy
+        objects = [
+            {
+                "kind": key.kind,
+                "namespace": key.namespace or None,
+                "name": key.name,
+                "status": status,
+            }
+            for key, status in self._store.current.items()
+        ]
+        return 200, {
+            "weir": {"version": __version__, "controllerName": self._settings.controller_name},
+            "dataPlane": {
+                "envoyPid": envoy_proc.pid if envoy_proc else None,
+                "envoyAdmin": envoy_proc.admin_url if envoy_proc else None,
+                "envoyRestarts": envoy_proc.restarts if envoy_proc else 0,
+                "configVersion": current.snapshot.version if current.snapshot else None,
+                "accepted": current.state.accepted,
+                "rejection": current.state.rejection,
+                "translationError": current.translate_error,
+            },
+            "problems": [p.to_data() for p in current.problems],
+            "objects": objects,
+        }
+
+
+def _version_of(resources: Mapping[str, Mapping[str, Any]]) -> str:
+    """A content hash: the same configuration always has the same version."""
+    digest = hashlib.sha256()
+    for type_url in PUSH_ORDER:
+        for name, message in sorted(resources.get(type_url, {}).items()):
+            digest.update(type_url.encode() + b"\0" + name.encode() + b"\0")
+            digest.update(message.SerializeToString(deterministic=True))
+    return digest.hexdigest()[:16]
+
+
+async def run_until_signalled(controller: Controller, on_started: Callable[[], None] | None = None) -> None:
+    """Run ``controller`` until SIGINT or SIGTERM, then stop it cleanly."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await controller.start()
+        if on_started is not None:
+            on_started()
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await controller.stop()
+
+
+__all__ = ["Controller", "Options", "Provider", "run_until_signalled"]
+
