@@ -29,6 +29,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from google.protobuf.message import Message
+
 from weir import __version__, envoy
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
@@ -39,7 +41,7 @@ from weir.translate import Settings, Translation, translate
 from weir.translate.status import DataPlaneState, apply_data_plane
 from weir.xds import build
 from weir.xds.server import AckStatus, AdsServer
-from weir.xds.snapshot import PUSH_ORDER, Snapshot
+from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, SECRET, Snapshot
 
 log = logging.getLogger("weir.controller")
 
@@ -99,7 +101,8 @@ class Controller:
         self._admin: AdminServer | None = None
         self._settle = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._version = 0
+        self._desired: Mapping[str, Mapping[str, Message]] | None = None
+        self._carried: str | None = None
         self.ready = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -196,21 +199,36 @@ class Controller:
             self._settle.set()
             return
         self._current.translate_error = None
-        version = _version_of(resources)
         self._current.translation = translation
-        if self._current.snapshot is None or self._current.snapshot.version != version:
-            snapshot = Snapshot(version=version, resources=resources)
-            self._current.snapshot = snapshot
-            self._current.state = DataPlaneState()
-            self._current.served_at = time.monotonic()
-            assert self._ads is not None
-            self._ads.set_snapshot(snapshot)
+        self._desired = resources
+        served = _keep_retiring(self._current.snapshot, resources)
+        if self._serve(served):
             log.info(
                 "serving configuration %s (%d listeners, %d clusters) translated in %.1f ms",
-                version, len(resources[PUSH_ORDER[2]]), len(resources[PUSH_ORDER[1]]),
+                self._current.snapshot.version if self._current.snapshot else "-",
+                len(resources[LISTENER]), len(resources[CLUSTER]),
                 (time.perf_counter() - started) * 1000,
             )
         self._settle.set()
+
+    def _serve(self, resources: Mapping[str, Mapping[str, Message]], *, retiring: bool = False) -> bool:
+        """Hand ``resources`` to the ADS server unless they are what it already serves.
+
+        ``retiring``: the push only drops clusters and secrets nothing uses;
+        what users observe is unchanged, so the data plane state carries
+        over until Envoy answers.
+        """
+        version = _version_of(resources)
+        if self._current.snapshot is not None and self._current.snapshot.version == version:
+            return False
+        self._current.snapshot = Snapshot(version=version, resources=resources)
+        self._carried = version if retiring else None
+        if not retiring:
+            self._current.state = DataPlaneState()
+        self._current.served_at = time.monotonic()
+        assert self._ads is not None
+        self._ads.set_snapshot(self._current.snapshot)
+        return True
 
     # ------------------------------------------------------------------ status path
 
@@ -240,6 +258,8 @@ class Controller:
         if current.translation is None or current.snapshot is None or self._ads is None:
             return
         result = self._ads.state().ack_result(current.snapshot.version)
+        if result is None and self._carried == current.snapshot.version:
+            return  # a retirement push in flight: nothing users see has changed
         accepted = result is not None and result.status is AckStatus.ACKED
         rejection = None
         if result is not None and result.status is AckStatus.NACKED:
@@ -264,6 +284,8 @@ class Controller:
             self.ready.set()
         statuses = apply_data_plane(current.translation.statuses, current.translation.gateway_sockets, state)
         self._store.publish(statuses)
+        if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
+            log.debug("retired clusters and secrets no route uses any more")
 
     def statuses(self) -> Mapping[ObjectKey, dict[str, Any]]:
         """The statuses currently published (with ``lastTransitionTime``)."""
@@ -311,6 +333,28 @@ class Controller:
             "problems": [p.to_data() for p in current.problems],
             "objects": objects,
         }
+
+
+def _keep_retiring(
+    served: Snapshot | None, desired: Mapping[str, Mapping[str, Message]]
+) -> dict[str, Mapping[str, Message]]:
+    """``desired``, plus the clusters and secrets ``served`` has and ``desired`` drops.
+
+    Make before break: Envoy applies a push type by type, so removing a
+    cluster in the same push that moves a route away from it would answer
+    503 for requests in between. The removed clusters (and the secrets they
+    use) stay until Envoy has accepted the new routes; then the controller
+    serves ``desired`` exactly.
+    """
+    out: dict[str, Mapping[str, Message]] = dict(desired)
+    if served is None:
+        return out
+    for type_url in (CLUSTER, SECRET):
+        old = served.of_type(type_url)
+        new = desired.get(type_url, {})
+        if any(name not in new for name in old):
+            out[type_url] = {**{k: v for k, v in old.items() if k not in new}, **new}
+    return out
 
 
 def _version_of(resources: Mapping[str, Mapping[str, Any]]) -> str:

@@ -1,0 +1,129 @@
+"""A weir controller running in the test's event loop, over a folder of manifests.
+
+Everything binds to 127.0.0.0/8. ``stop()`` stops Envoy by PID (through the
+controller) and the test checks that the PID is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from weir.controller import Controller, Options
+from weir.providers.files import FilesProvider
+from weir.testkit import DnsStub
+from weir.translate import Settings
+
+GATEWAY_HEAD = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: weir}}
+spec: {{controllerName: weir.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: default}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+"""
+
+
+def indent_pem(pem: str, spaces: int) -> str:
+    return textwrap.indent(pem, " " * spaces)
+
+
+class Weir:
+    def __init__(self, folder: Path, dns: DnsStub | None, gateway_port: int) -> None:
+        self.folder = folder
+        self.gateway_port = gateway_port
+        self.settings = Settings(dns_resolvers=(dns.address,) if dns else ())
+        self.controller: Controller | None = None
+        self.envoy_pids: list[int] = []
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.folder / name
+        tmp = path.with_name("." + path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)  # atomic, as editors and kubectl-like tools do
+        return path
+
+    async def start(self) -> Controller:
+        self.controller = Controller(
+            FilesProvider([str(self.folder)]), self.settings, Options(admin_port=0)
+        )
+        await self.controller.start()
+        await asyncio.wait_for(self.controller.ready.wait(), 20)
+        return self.controller
+
+    @property
+    def envoy_pid(self) -> int:
+        assert self.controller is not None and self.controller.envoy is not None
+        pid = self.controller.envoy.pid
+        assert pid is not None
+        if pid not in self.envoy_pids:
+            self.envoy_pids.append(pid)
+        return pid
+
+    async def stop(self) -> None:
+        if self.controller is not None:
+            if self.controller.envoy is not None and self.controller.envoy.pid:
+                self.envoy_pids.append(self.controller.envoy.pid)
+            await self.controller.stop()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}{path}"
+
+    def status_of(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        assert self.controller is not None
+        for key, status in self.controller.statuses().items():
+            if (key.kind, key.namespace, key.name) == (kind, namespace, name):
+                return status
+        raise KeyError(f"{kind} {namespace}/{name} has no status")
+
+    async def admin_status(self) -> dict[str, Any]:
+        assert self.controller is not None and self.controller.admin_port
+        async with httpx.AsyncClient() as client:
+            response = await client.get(f"http://127.0.0.1:{self.controller.admin_port}/status")
+            response.raise_for_status()
+            data: dict[str, Any] = response.json()
+            return data
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone for our purposes once reaped,
+    # and the controller reaps its children.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def eventually(
+    check: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02
+) -> tuple[Any, float]:
+    """Call ``check`` (sync or async) until it returns a truthy value; return it and the time taken."""
+    start = time.monotonic()
+    last: Any = None
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result, time.monotonic() - start
+        last = result
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"condition not met within {timeout} s (last: {last!r})")
+        await asyncio.sleep(interval)
