@@ -30,7 +30,7 @@ class BackendPort(Model):
     """``spec.port``. The released schema calls the number ``port``; a newer draft ``number``."""
 
     port: int = Field(ge=1, le=65535)
-    name: str | None = Field(default=None, max_length=63, pattern=r"^$|" + DNS1123_LABEL[1:])
+    name: str | None = Field(default=None, max_length=63, pattern=r"^$|" + DNS1123_LABEL)
 
     @model_validator(mode="before")
     @classmethod

