@@ -64,7 +64,10 @@ class AdminServer:
                     target = event.target.decode().split("?", 1)[0]
                     code, body = self._respond(event.method.decode(), target)
                     payload = json.dumps(body, indent=2, sort_keys=False).encode() + b"\n"
-                    headers = [("content-type", "application/json"), ("content-length", str(len(payload)))]
+                    headers = [
+                        ("content-type", "application/json"),
+                        ("content-length", str(len(payload))),
+                    ]
                     writer.write(conn.send(h11.Response(status_code=code, headers=headers)) or b"")
                     writer.write(conn.send(h11.Data(data=payload)) or b"")
                     writer.write(conn.send(h11.EndOfMessage()) or b"")

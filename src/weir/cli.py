@@ -37,9 +37,7 @@ Paths = Annotated[
     list[Path],
     typer.Option("--file", "-f", help="A YAML file or a folder of them (recursive). Repeatable."),
 ]
-ControllerName = Annotated[
-    str, typer.Option(help="GatewayClasses with this controllerName are weir's.")
-]
+ControllerName = Annotated[str, typer.Option(help="GatewayClasses with this controllerName are weir's.")]
 DEFAULT_ADMIN = "127.0.0.1:9900"
 
 
@@ -85,10 +83,12 @@ def run(
         str, typer.Option(help="Where listeners bind when a Gateway has no IPAddress addresses.")
     ] = "127.0.0.1",
     dns_resolver: Annotated[
-        list[str], typer.Option(help="HOST:PORT of a DNS server for external hostnames. Repeatable.")
+        list[str],
+        typer.Option(help="HOST:PORT of a DNS server for external hostnames. Repeatable."),
     ] = [],  # noqa: B006 - typer needs a literal default
     admin_address: Annotated[
-        str, typer.Option(help="HOST:PORT of weir's admin endpoint (status, health). Keep it on loopback.")
+        str,
+        typer.Option(help="HOST:PORT of weir's admin endpoint (status, health). Keep it on loopback."),
     ] = DEFAULT_ADMIN,
     envoy_log_level: Annotated[str, typer.Option(help="Envoy's log level.")] = "warning",
     system_trust_file: Annotated[
@@ -150,7 +150,10 @@ def translate_cmd(
             {
                 "apiVersion": obj.api_version,
                 "kind": obj.kind,
-                "metadata": {"name": obj.name, **({"namespace": obj.namespace} if obj.namespace else {})},
+                "metadata": {
+                    "name": obj.name,
+                    **({"namespace": obj.namespace} if obj.namespace else {}),
+                },
                 "status": result.statuses[key],
             }
             for key, obj in sorted(resources.objects.items())
@@ -167,14 +170,16 @@ def translate_cmd(
 
 @app.command()
 def status(
-    admin_address: Annotated[str, typer.Option(help="HOST:PORT of the running weir's admin endpoint.")] = DEFAULT_ADMIN,
+    admin_address: Annotated[
+        str, typer.Option(help="HOST:PORT of the running weir's admin endpoint.")
+    ] = DEFAULT_ADMIN,
     output: Annotated[str, typer.Option("--output", "-o", help="yaml or json")] = "yaml",
 ) -> None:
     """Print the status of every resource a running weir manages."""
     host, port = _host_port(admin_address, "--admin-address")
     url = f"http://{host}:{port}/status"
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback admin URL
+        with urllib.request.urlopen(url, timeout=5) as response:
             data = json.loads(response.read())
     except (urllib.error.URLError, OSError) as exc:
         err.print(f"[red]error[/red]: cannot reach weir at {url}: {exc}. Is `weir run` running?")

@@ -31,9 +31,10 @@ from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
-from weir import __version__, envoy
+from weir import __version__
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
+from weir.envoy import EnvoyProcess, ExitInfo, bootstrap, listener_bound
 from weir.loader import Problem
 from weir.resources import Resources
 from weir.status_store import StatusStore
@@ -97,7 +98,7 @@ class Controller:
         self._current = _Current()
         self._run_dir = ""
         self._ads: AdsServer | None = None
-        self._envoy: envoy.EnvoyProcess | None = None
+        self._envoy: EnvoyProcess | None = None
         self._admin: AdminServer | None = None
         self._settle = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -112,7 +113,7 @@ class Controller:
         return self._admin.port if self._admin else None
 
     @property
-    def envoy(self) -> envoy.EnvoyProcess | None:
+    def envoy(self) -> EnvoyProcess | None:
         return self._envoy
 
     async def start(self) -> None:
@@ -123,12 +124,12 @@ class Controller:
             await self._ads.start()
             self._ads.add_listener(lambda _state: self._settle.set())
             self._apply(self._provider.load())
-            config = envoy.bootstrap(
+            config = bootstrap(
                 node_id=self._options.node_id,
                 ads_socket=os.path.join(self._run_dir, "xds.sock"),
                 admin_port=self._options.envoy_admin_port,
             )
-            self._envoy = envoy.EnvoyProcess(
+            self._envoy = EnvoyProcess(
                 config,
                 run_dir=os.path.join(self._run_dir, "envoy"),
                 log_level=self._options.envoy_log_level,
@@ -141,7 +142,11 @@ class Controller:
             self._admin = AdminServer(
                 self._options.admin_host,
                 self._options.admin_port,
-                {"/healthz": self._healthz, "/ready": self._ready_view, "/status": self._status_view},
+                {
+                    "/healthz": self._healthz,
+                    "/ready": self._ready_view,
+                    "/status": self._status_view,
+                },
             )
             await self._admin.start()
             self._tasks = [
@@ -206,7 +211,8 @@ class Controller:
             log.info(
                 "serving configuration %s (%d listeners, %d clusters) translated in %.1f ms",
                 self._current.snapshot.version if self._current.snapshot else "-",
-                len(resources[LISTENER]), len(resources[CLUSTER]),
+                len(resources[LISTENER]),
+                len(resources[CLUSTER]),
                 (time.perf_counter() - started) * 1000,
             )
         self._settle.set()
@@ -236,7 +242,7 @@ class Controller:
         log.info("Envoy is ready (pid %d)", pid)
         self._settle.set()
 
-    def _on_envoy_exit(self, info: envoy.ExitInfo) -> None:
+    def _on_envoy_exit(self, info: ExitInfo) -> None:
         log.warning("Envoy exited unexpectedly (%s); restarting it", info.description)
         self._current.state = DataPlaneState()
         self._settle.set()
@@ -268,7 +274,7 @@ class Controller:
         bound: set[tuple[str, int]] = set()
         if accepted and envoy_up:
             for listener in current.translation.ir.listeners:
-                if await envoy.listener_bound(listener.address, listener.port):
+                if await listener_bound(listener.address, listener.port):
                     bound.add((listener.address, listener.port))
         state = DataPlaneState(accepted=accepted and envoy_up, rejection=rejection, bound=frozenset(bound))
         previously = current.state
@@ -279,7 +285,8 @@ class Controller:
         if state.accepted and bound >= wanted and not self.ready.is_set():
             log.info(
                 "configuration %s programmed %.0f ms after it was served",
-                current.snapshot.version, (time.monotonic() - current.served_at) * 1000,
+                current.snapshot.version,
+                (time.monotonic() - current.served_at) * 1000,
             )
             self.ready.set()
         statuses = apply_data_plane(current.translation.statuses, current.translation.gateway_sockets, state)
@@ -388,4 +395,3 @@ async def run_until_signalled(controller: Controller, on_started: Callable[[], N
 
 
 __all__ = ["Controller", "Options", "Provider", "run_until_signalled"]
-

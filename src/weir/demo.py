@@ -33,8 +33,9 @@ API_HOST = "api.weir-demo.test"
 
 def _manifests(gateway_port: int, api_port: int, ca_pem: str, wrong_ca_pem: str) -> str:
     indent = " " * 4
-    return textwrap.dedent(
-        f"""\
+    return (
+        textwrap.dedent(
+            f"""\
         apiVersion: gateway.networking.k8s.io/v1
         kind: GatewayClass
         metadata: {{name: weir}}
@@ -90,8 +91,10 @@ def _manifests(gateway_port: int, api_port: int, ca_pem: str, wrong_ca_pem: str)
         data:
           ca.crt: |
         """
-    ) + textwrap.indent(ca_pem, indent) + textwrap.dedent(
-        """\
+        )
+        + textwrap.indent(ca_pem, indent)
+        + textwrap.dedent(
+            """\
         ---
         apiVersion: v1
         kind: ConfigMap
@@ -99,12 +102,14 @@ def _manifests(gateway_port: int, api_port: int, ca_pem: str, wrong_ca_pem: str)
         data:
           ca.crt: |
         """
-    ) + textwrap.indent(wrong_ca_pem, indent)
+        )
+        + textwrap.indent(wrong_ca_pem, indent)
+    )
 
 
 def _get(url: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(url, timeout=10) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(errors="replace")
@@ -119,14 +124,21 @@ async def run_demo(console: Console, *, keep_running: bool = False) -> int:
     async with contextlib.AsyncExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="weir-demo-")))
         upstream = await stack.enter_async_context(
-            RecordingUpstream("demo-api", host="127.0.0.1", port=api_port, ssl_context=server_ssl_context(server_cert))
+            RecordingUpstream(
+                "demo-api",
+                host="127.0.0.1",
+                port=api_port,
+                ssl_context=server_ssl_context(server_cert),
+            )
         )
         dns = await stack.enter_async_context(DnsStub())
         dns.set(API_HOST, ["127.0.0.1"])
         manifest = workdir / "demo.yaml"
         manifest.write_text(_manifests(gateway_port, api_port, ca.cert_pem, impostor_ca.cert_pem))
-        console.print(f"[bold]1.[/bold] A TLS API at https://{API_HOST}:{api_port} (its own CA), "
-                      f"a DNS stub at {dns.host}:{dns.port}, manifests in {manifest}")
+        console.print(
+            f"[bold]1.[/bold] A TLS API at https://{API_HOST}:{api_port} (its own CA), "
+            f"a DNS stub at {dns.host}:{dns.port}, manifests in {manifest}"
+        )
 
         controller = Controller(
             FilesProvider([str(workdir)]),
@@ -142,30 +154,35 @@ async def run_demo(console: Console, *, keep_running: bool = False) -> int:
             console.print("[red]Envoy did not accept the configuration in time[/red]")
             return 1
         assert controller.envoy is not None
-        console.print(f"[bold]2.[/bold] weir and Envoy (pid {controller.envoy.pid}) serve the Gateway on "
-                      f"http://127.0.0.1:{gateway_port} after {time.monotonic() - started:.2f} s")
+        console.print(
+            f"[bold]2.[/bold] weir and Envoy (pid {controller.envoy.pid}) serve the Gateway on "
+            f"http://127.0.0.1:{gateway_port} after {time.monotonic() - started:.2f} s"
+        )
 
-        status, body = await asyncio.to_thread(_get, f"http://127.0.0.1:{gateway_port}/api/hello")
+        status, _ = await asyncio.to_thread(_get, f"http://127.0.0.1:{gateway_port}/api/hello")
         seen = upstream.requests[-1] if upstream.requests else None
         table = Table(title="What the external API saw", show_header=True)
         table.add_column("fact")
         table.add_column("value")
         table.add_column("check")
-        checks: list[tuple[str, Any, bool]] = [
-            ("HTTP status through weir", status, status == 200),
-            ("TLS SNI", seen.sni if seen else None, bool(seen) and seen.sni == API_HOST),
-            ("Host header", seen.host if seen else None, bool(seen) and seen.host == API_HOST),
-            ("protocol", f"HTTP/{seen.http_version} (ALPN {seen.alpn})" if seen else None, bool(seen)),
-            ("TLS version", seen.tls_version if seen else None, bool(seen) and seen.tls_version == "TLSv1.3"),
-            ("path", seen.path if seen else None, bool(seen) and seen.path == "/api/hello"),
-        ]
+        checks: list[tuple[str, Any, bool]] = [("HTTP status through weir", status, status == 200)]
+        if seen is None:
+            checks.append(("request at the API", None, False))
+        else:
+            checks += [
+                ("TLS SNI", seen.sni, seen.sni == API_HOST),
+                ("Host header", seen.host, seen.host == API_HOST),
+                ("protocol", f"HTTP/{seen.http_version} (ALPN {seen.alpn})", seen.alpn in ("h2", "http/1.1")),
+                ("TLS version", seen.tls_version, seen.tls_version == "TLSv1.3"),
+                ("path", seen.path, seen.path == "/api/hello"),
+            ]
         for fact, value, good in checks:
             ok &= good
             table.add_row(fact, str(value), "[green]ok[/green]" if good else "[red]FAILED[/red]")
         console.print(table)
 
         before = len(upstream.requests)
-        status, body = await asyncio.to_thread(_get, f"http://127.0.0.1:{gateway_port}/impostor/hello")
+        status, _ = await asyncio.to_thread(_get, f"http://127.0.0.1:{gateway_port}/impostor/hello")
         refused = status >= 500 and len(upstream.requests) == before
         ok &= refused
         console.print(
@@ -176,13 +193,19 @@ async def run_demo(console: Console, *, keep_running: bool = False) -> int:
 
         statuses = controller.statuses()
         gateway = next((s for k, s in statuses.items() if k.kind == "Gateway"), {})
-        programmed = next((c for c in gateway.get("conditions", []) if c["type"] == "Programmed"), {})
+        programmed: dict[str, Any] = next(
+            (c for c in gateway.get("conditions", []) if c["type"] == "Programmed"), {}
+        )
         ok &= programmed.get("status") == "True"
-        console.print(f"[bold]4.[/bold] Gateway default/egress Programmed={programmed.get('status')} "
-                      f"({programmed.get('reason')}): {programmed.get('message')}")
+        console.print(
+            f"[bold]4.[/bold] Gateway default/egress Programmed={programmed.get('status')} "
+            f"({programmed.get('reason')}): {programmed.get('message')}"
+        )
         if keep_running:
-            console.print(f"Running; try `curl http://127.0.0.1:{gateway_port}/api/x` or "
-                          f"`weir status --admin-address 127.0.0.1:{controller.admin_port}`. Ctrl-C stops.")
+            console.print(
+                f"Running; try `curl http://127.0.0.1:{gateway_port}/api/x` or "
+                f"`weir status --admin-address 127.0.0.1:{controller.admin_port}`. Ctrl-C stops."
+            )
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.Event().wait()
     console.print("[bold]5.[/bold] Stopped weir, Envoy, the DNS stub and the API.")

@@ -18,7 +18,14 @@ import pytest
 import yaml
 from weir_harness import GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive
 
-from weir.testkit import CertAuthority, DnsStub, RecordingUpstream, free_port, make_ca, server_ssl_context
+from weir.testkit import (
+    CertAuthority,
+    DnsStub,
+    RecordingUpstream,
+    free_port,
+    make_ca,
+    server_ssl_context,
+)
 
 API_HOST = "api.example.test"
 
@@ -48,7 +55,9 @@ async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
 
 
 def xbackend_manifests(port: int, upstream_port: int, ca_pem: str, *, name: str = "api") -> str:
-    return GATEWAY_HEAD.format(port=port) + f"""\
+    return (
+        GATEWAY_HEAD.format(port=port)
+        + f"""\
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -78,11 +87,14 @@ metadata: {{name: {name}-ca, namespace: default}}
 data:
   ca.crt: |
 {indent_pem(ca_pem, 4)}"""
+    )
 
 
 def services_manifests(port: int, backends: dict[str, tuple[str, int, int]], path: str = "/") -> str:
     """One route to Services; ``backends`` maps a Service name to (ip, port, weight)."""
-    text = GATEWAY_HEAD.format(port=port) + f"""\
+    text = (
+        GATEWAY_HEAD.format(port=port)
+        + f"""\
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -93,6 +105,7 @@ spec:
   - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
     backendRefs:
 """
+    )
     for svc, (_, svc_port, weight) in backends.items():
         text += f"    - {{name: {svc}, port: {svc_port}, weight: {weight}}}\n"
     for svc, (ip, svc_port, _) in backends.items():
@@ -141,7 +154,10 @@ async def test_xbackend_server_only_verifies_tls_with_sni_and_host(
         xbackend = weir.status_of("XBackend", "default", "api")
         [parent] = xbackend["parents"]
         assert parent["parentRef"]["name"] == "gw"
-        assert {c["type"]: c["status"] for c in parent["conditions"]} == {"Accepted": "True", "ResolvedRefs": "True"}
+        assert {c["type"]: c["status"] for c in parent["conditions"]} == {
+            "Accepted": "True",
+            "ResolvedRefs": "True",
+        }
         assert all("lastTransitionTime" in c for c in parent["conditions"])
 
 
@@ -167,13 +183,18 @@ async def test_weighted_services_on_two_loopback_ips(weir: Weir) -> None:
         RecordingUpstream("a", host="127.0.0.2", port=port) as a,
         RecordingUpstream("b", host="127.0.0.3", port=port) as b,
     ):
-        weir.write("web.yaml", services_manifests(
-            weir.gateway_port, {"svc-a": ("127.0.0.2", port, 80), "svc-b": ("127.0.0.3", port, 20)}
-        ))
+        weir.write(
+            "web.yaml",
+            services_manifests(
+                weir.gateway_port,
+                {"svc-a": ("127.0.0.2", port, 80), "svc-b": ("127.0.0.3", port, 20)},
+            ),
+        )
         await weir.start()
         seen: Counter[str] = Counter()
         limits = httpx.Limits(max_connections=20)
         async with httpx.AsyncClient(limits=limits) as client:
+
             async def one() -> None:
                 response = await client.get(weir.url("/"))
                 assert response.status_code == 200
@@ -278,14 +299,17 @@ async def test_listener_that_cannot_bind_is_reported_and_others_keep_serving(wei
         async with RecordingUpstream("a", host="127.0.0.2", port=port):
             weir.write("web.yaml", services_manifests(weir.gateway_port, {"svc-a": ("127.0.0.2", port, 1)}))
             await weir.start()
-            weir.write("blocked.yaml", f"""\
+            weir.write(
+                "blocked.yaml",
+                f"""\
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: blocked, namespace: default}}
 spec:
   gatewayClassName: weir
   listeners: [{{name: http, port: {taken}, protocol: HTTP}}]
-""")
+""",
+            )
 
             def not_programmed() -> dict[str, object] | None:
                 try:
@@ -312,11 +336,19 @@ async def test_weir_run_status_and_sigterm_leave_nothing_behind(tmp_path: Path) 
     folder.mkdir()
     (folder / "web.yaml").write_text(services_manifests(gateway_port, {"svc-a": ("127.0.0.2", port, 1)}))
     weir_bin = Path(sys.executable).with_name("weir")
-    command = [str(weir_bin), "run", "-f", str(folder), "--admin-address", f"127.0.0.1:{admin_port}"]
+    command = [
+        str(weir_bin),
+        "run",
+        "-f",
+        str(folder),
+        "--admin-address",
+        f"127.0.0.1:{admin_port}",
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     envoy_pid = None
     try:
         async with RecordingUpstream("a", host="127.0.0.2", port=port):
+
             async def ready() -> bool:
                 try:
                     async with httpx.AsyncClient(timeout=0.5) as client:
@@ -330,7 +362,10 @@ async def test_weir_run_status_and_sigterm_leave_nothing_behind(tmp_path: Path) 
                 assert (await client.get(f"http://127.0.0.1:{gateway_port}/")).status_code == 200
             shown = subprocess.run(
                 [str(weir_bin), "status", "--admin-address", f"127.0.0.1:{admin_port}"],
-                capture_output=True, text=True, timeout=30, check=True,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
             ).stdout
             data = yaml.safe_load(shown)
             envoy_pid = data["dataPlane"]["envoyPid"]

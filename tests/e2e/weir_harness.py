@@ -56,9 +56,7 @@ class Weir:
         return path
 
     async def start(self) -> Controller:
-        self.controller = Controller(
-            FilesProvider([str(self.folder)]), self.settings, Options(admin_port=0)
-        )
+        self.controller = Controller(FilesProvider([str(self.folder)]), self.settings, Options(admin_port=0))
         await self.controller.start()
         await asyncio.wait_for(self.controller.ready.wait(), 20)
         return self.controller

@@ -14,8 +14,8 @@ from pydantic import Field, model_validator
 from weir.api.meta import (
     Group,
     Hostname,
-    KubeObject,
     Kind,
+    KubeObject,
     Model,
     Namespace,
     ObjectName,
@@ -161,7 +161,10 @@ class HTTPPathMatch(Model):
     def _path_shape(self) -> HTTPPathMatch:
         if self.type in ("Exact", "PathPrefix"):
             if not self.value.startswith("/"):
-                raise ValueError("value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']")
+                raise ValueError(
+                    "value must be an absolute path and start with '/' when type one of "
+                    "['Exact', 'PathPrefix']"
+                )
             if "//" in self.value:
                 raise ValueError("must not contain '//' when type one of ['Exact', 'PathPrefix']")
             for bad in ("/./", "/../", "%2f", "%2F", "#"):
@@ -256,9 +259,7 @@ class HTTPRouteRule(Model):
 class HTTPRouteSpec(Model):
     parent_refs: tuple[ParentReference, ...] = Field(default=(), max_length=32)
     hostnames: tuple[Hostname, ...] = Field(default=(), max_length=16)
-    rules: tuple[HTTPRouteRule, ...] = Field(
-        default=(HTTPRouteRule(),), min_length=1, max_length=16
-    )
+    rules: tuple[HTTPRouteRule, ...] = Field(default=(HTTPRouteRule(),), min_length=1, max_length=16)
 
 
 class HTTPRoute(KubeObject):

@@ -50,7 +50,10 @@ Group = Annotated[
         pattern=r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
     ),
 ]
-Kind = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")]
+Kind = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=63, pattern=r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"),
+]
 Hostname = Annotated[
     str,
     StringConstraints(

@@ -60,14 +60,20 @@ class CACertificateRef(Model):
 class SubjectAltName(Model):
     type: Literal["Hostname", "URI"]
     hostname: str | None = Field(default=None, max_length=253)
-    uri: str | None = Field(default=None, max_length=253, pattern=r"^(([^:/?#]+):)(//([^/?#]*))([^?#]*)(\?([^#]*))?(#(.*))?")
+    uri: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^(([^:/?#]+):)(//([^/?#]*))([^?#]*)(\?([^#]*))?(#(.*))?",
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> SubjectAltName:
         if self.type == "Hostname" and not self.hostname:
             raise ValueError("SubjectAltName element must contain Hostname, if Type is set to Hostname")
         if self.type != "Hostname" and self.hostname:
-            raise ValueError("SubjectAltName element must not contain Hostname, if Type is not set to Hostname")
+            raise ValueError(
+                "SubjectAltName element must not contain Hostname, if Type is not set to Hostname"
+            )
         if self.type == "URI" and not self.uri:
             raise ValueError("SubjectAltName element must contain URI, if Type is set to URI")
         if self.type != "URI" and self.uri:

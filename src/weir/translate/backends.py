@@ -66,7 +66,12 @@ class BackendResolver:
         self._xbackend_users: dict[ObjectKey, set[ObjectKey]] = defaultdict(set)
 
     def resolve(
-        self, *, route_kind: str, route_namespace: str, ref: HTTPBackendRef, gateways: set[ObjectKey]
+        self,
+        *,
+        route_kind: str,
+        route_namespace: str,
+        ref: HTTPBackendRef,
+        gateways: set[ObjectKey],
     ) -> Resolved | RefFailure:
         """Resolve ``ref`` written in a route of ``route_kind`` in ``route_namespace``.
 
@@ -86,9 +91,14 @@ class BackendResolver:
                 f"use a Service or a {XBACKEND_GROUP} XBackend",
             )
         if not reference_permitted(
-            self._resources, from_group=GATEWAY_GROUP, from_kind=route_kind,
-            from_namespace=route_namespace, to_group=kind_group, to_kind=ref.kind,
-            to_namespace=namespace, to_name=ref.name,
+            self._resources,
+            from_group=GATEWAY_GROUP,
+            from_kind=route_kind,
+            from_namespace=route_namespace,
+            to_group=kind_group,
+            to_kind=ref.kind,
+            to_namespace=namespace,
+            to_name=ref.name,
         ):
             return RefFailure(
                 st.R_REF_NOT_PERMITTED,
@@ -117,7 +127,8 @@ class BackendResolver:
                 name=f"service/{namespace}/{ref.name}/{port.port}",
                 destination=ir.StaticEndpoints(self._endpoints(svc, port)),
                 protocol=ir.UpstreamProtocol.HTTP2
-                if port.app_protocol == "kubernetes.io/h2c" else ir.UpstreamProtocol.HTTP1,
+                if port.app_protocol == "kubernetes.io/h2c"
+                else ir.UpstreamProtocol.HTTP1,
             )
         )
 
@@ -138,7 +149,9 @@ class BackendResolver:
 
     # ------------------------------------------------------------ XBackends
 
-    def _xbackend(self, namespace: str, ref: HTTPBackendRef, gateways: set[ObjectKey]) -> Resolved | RefFailure:
+    def _xbackend(
+        self, namespace: str, ref: HTTPBackendRef, gateways: set[ObjectKey]
+    ) -> Resolved | RefFailure:
         xb = self._resources.get(XBackend, namespace, ref.name)
         if xb is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
@@ -174,12 +187,18 @@ class BackendResolver:
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation
             others = [
-                p for p in (xb.status or {}).get("parents", []) or []
+                p
+                for p in (xb.status or {}).get("parents", []) or []
                 if isinstance(p, dict) and p.get("controllerName") != controller_name
             ]
             ours = [
                 {
-                    "parentRef": {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name},
+                    "parentRef": {
+                        "group": GATEWAY_GROUP,
+                        "kind": "Gateway",
+                        "namespace": gw.namespace,
+                        "name": gw.name,
+                    },
                     "controllerName": controller_name,
                     "conditions": [st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions],
                 }
@@ -212,7 +231,8 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
     mode = spec.tls.mode if spec.tls else "None"
     if spec.protocol == "H2C" and mode != "None":
         return refused(
-            st.R_INVALID, "protocol H2C is HTTP/2 over plaintext and cannot be combined with TLS; "
+            st.R_INVALID,
+            "protocol H2C is HTTP/2 over plaintext and cannot be combined with TLS; "
             "use HTTP2 for HTTP/2 over TLS",
         )
     upstream_tls: ir.UpstreamTLS | None = None
@@ -220,8 +240,12 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
     if spec.tls is not None and mode != "None":
         prefix = f"xbackend/{xb.namespace}/{xb.name}"
         result = tls.server_validation(
-            resources, settings, namespace=xb.namespace, validation=spec.tls.validation,
-            default_hostname=hostname, secret_prefix=prefix,
+            resources,
+            settings,
+            namespace=xb.namespace,
+            validation=spec.tls.validation,
+            default_hostname=hostname,
+            secret_prefix=prefix,
         )
         if isinstance(result, tls.TlsProblem):
             return refused(result.accepted_reason, result.message, result.resolved_reason)
@@ -229,8 +253,12 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
         secrets.extend(result.secrets)
         if spec.tls.client_certificate_ref is not None:
             cert = tls.client_certificate(
-                resources, from_kind="XBackend", from_group=XBACKEND_GROUP, namespace=xb.namespace,
-                ref=spec.tls.client_certificate_ref, secret_prefix=prefix,
+                resources,
+                from_kind="XBackend",
+                from_group=XBACKEND_GROUP,
+                namespace=xb.namespace,
+                ref=spec.tls.client_certificate_ref,
+                secret_prefix=prefix,
             )
             if isinstance(cert, tls.TlsProblem):
                 return refused(cert.accepted_reason, cert.message, cert.resolved_reason)

@@ -44,7 +44,9 @@ class GatewayContext:
     conditions: list[st.Condition] = field(default_factory=list)
 
 
-def accepted_classes(resources: Resources, settings: Settings) -> tuple[set[str], dict[ObjectKey, dict[str, Any]]]:
+def accepted_classes(
+    resources: Resources, settings: Settings
+) -> tuple[set[str], dict[ObjectKey, dict[str, Any]]]:
     """Names of the GatewayClasses weir controls, and their statuses.
 
     Classes naming another controller are left alone: no status is written
@@ -90,7 +92,9 @@ def _gateway_context(gw: Gateway, settings: Settings) -> GatewayContext:
     if unsupported:
         ctx.conditions.append(
             st.condition(
-                st.ACCEPTED, False, st.R_UNSUPPORTED_ADDRESS,
+                st.ACCEPTED,
+                False,
+                st.R_UNSUPPORTED_ADDRESS,
                 "weir binds listeners only on addresses of type IPAddress; unsupported: "
                 + ", ".join(unsupported),
                 gen,
@@ -107,8 +111,11 @@ def _gateway_context(gw: Gateway, settings: Settings) -> GatewayContext:
         bad = ", ".join(lc.name for lc in ctx.listeners if not lc.valid)
         ctx.conditions.append(
             st.condition(
-                st.ACCEPTED, bool(valid), st.R_LISTENERS_NOT_VALID,
-                f"Listeners not valid: {bad}; see each listener's conditions", gen,
+                st.ACCEPTED,
+                bool(valid),
+                st.R_LISTENERS_NOT_VALID,
+                f"Listeners not valid: {bad}; see each listener's conditions",
+                gen,
             )
         )
     return ctx
@@ -120,9 +127,7 @@ def _listener_context(gw: Gateway, spec: Listener, addresses: tuple[str, ...]) -
     if supported is None:
         return ListenerContext(gw, spec, sockets, (), valid=False)
     if spec.allowed_routes.kinds:
-        kinds = tuple(
-            k.kind for k in spec.allowed_routes.kinds if k.group == GROUP and k.kind in supported
-        )
+        kinds = tuple(k.kind for k in spec.allowed_routes.kinds if k.group == GROUP and k.kind in supported)
     else:
         kinds = supported
     return ListenerContext(gw, spec, sockets, kinds, valid=True)
@@ -168,13 +173,13 @@ def _listener_conditions(lc: ListenerContext, gen: int) -> list[st.Condition]:
     conds = [st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Listener is valid", gen)]
     conds.append(st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen))
     wanted = [f"{k.group}/{k.kind}" for k in lc.spec.allowed_routes.kinds]
-    invalid = [
-        w for w in wanted if w.split("/", 1)[1] not in lc.kinds or not w.startswith(GROUP + "/")
-    ]
+    invalid = [w for w in wanted if w.split("/", 1)[1] not in lc.kinds or not w.startswith(GROUP + "/")]
     if invalid:
         conds.append(
             st.condition(
-                st.RESOLVED_REFS, False, st.R_INVALID_ROUTE_KINDS,
+                st.RESOLVED_REFS,
+                False,
+                st.R_INVALID_ROUTE_KINDS,
                 f"Route kinds not supported on a {lc.spec.protocol} listener: {', '.join(invalid)}",
                 gen,
             )

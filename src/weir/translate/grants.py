@@ -16,7 +16,7 @@ def reference_permitted(
     to_namespace: str,
     to_name: str,
 ) -> bool:
-    """True when the reference stays in its namespace or a ReferenceGrant in the target namespace allows it."""
+    """Whether the reference stays in its namespace or a ReferenceGrant in the target namespace allows it."""
     if from_namespace == to_namespace:
         return True
     for grant in resources.reference_grants:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from weir import ir
 from weir.api.gateway_v1 import GROUP, HTTPRoute, HTTPRouteMatch, HTTPRouteRule, ParentReference
@@ -55,7 +55,7 @@ def translate_http_routes(
     existing = {gw.key for gw in resources.gateways}
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.http_routes:
-        parents: list[dict[str, Any]] = []
+        parents: list[tuple[ParentReference, st.Condition]] = []
         attachments: list[_Attachment] = []
         gen = route.metadata.generation
         unsupported = _unsupported(route)
@@ -68,7 +68,7 @@ def translate_http_routes(
                 continue  # another controller's Gateway
             accepted, found = _attach(resources, route, ref, ctx, gw_key, unsupported)
             attachments.extend(found)
-            parents.append({"ref": ref, "accepted": accepted})
+            parents.append((ref, accepted))
         if not parents:
             continue
         gateways_used = {a.listener.gateway.key for a in attachments}
@@ -86,14 +86,15 @@ def translate_http_routes(
         )
         ours = [
             {
-                "parentRef": _parent_ref_data(p["ref"], route.namespace),
+                "parentRef": _parent_ref_data(ref, route.namespace),
                 "controllerName": controller_name,
-                "conditions": [p["accepted"], st.condition(st.RESOLVED_REFS, *refs, gen)],
+                "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
             }
-            for p in parents
+            for ref, accepted in parents
         ]
         others = [
-            p for p in (route.status or {}).get("parents", []) or []
+            p
+            for p in (route.status or {}).get("parents", []) or []
             if isinstance(p, dict) and p.get("controllerName") != controller_name
         ]
         statuses[route.key] = {"parents": others + ours}
@@ -120,18 +121,24 @@ def _attach(
     if unsupported:
         return refuse(st.R_UNSUPPORTED_VALUE, "weir does not support yet: " + "; ".join(unsupported))
     candidates = [
-        lc for lc in ctx.listeners
+        lc
+        for lc in ctx.listeners
         if (ref.section_name is None or lc.name == ref.section_name)
         and (ref.port is None or lc.spec.port == ref.port)
     ]
     if not candidates:
         wanted = " ".join(
-            part for part in (
+            part
+            for part in (
                 f"sectionName {ref.section_name!r}" if ref.section_name else "",
                 f"port {ref.port}" if ref.port else "",
-            ) if part
+            )
+            if part
         )
-        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} has no listener with {wanted}")
+        return refuse(
+            st.R_NO_MATCHING_PARENT,
+            f"Gateway {gw_key.namespace}/{gw_key.name} has no listener with {wanted}",
+        )
     allowed = [lc for lc in candidates if lc.valid and _allows(resources, lc, route)]
     if not allowed:
         return refuse(
@@ -201,9 +208,7 @@ def intersect_hostnames(listener: str | None, route: Iterable[str]) -> tuple[str
         return (listener,)
     out: list[str] = []
     for host in route:
-        if host == listener:
-            out.append(host)
-        elif listener.startswith("*.") and _covers(listener, host):
+        if host == listener or (listener.startswith("*.") and _covers(listener, host)):
             out.append(host)
         elif host.startswith("*.") and _covers(host, listener):
             out.append(listener)
@@ -310,11 +315,11 @@ def _match(match: HTTPRouteMatch) -> ir.RouteMatch:
     value = match.path.value
     if match.path.type == "PathPrefix" and value != "/":
         value = value.rstrip("/")
-    kind = "Exact" if match.path.type == "Exact" else "PathPrefix"
-    headers = tuple(
-        ir.HeaderMatch(h.name.lower(), h.value) for h in match.headers
+    kind: Literal["Exact", "PathPrefix"] = "Exact" if match.path.type == "Exact" else "PathPrefix"
+    headers = tuple(ir.HeaderMatch(h.name.lower(), h.value) for h in match.headers)
+    return ir.RouteMatch(
+        ir.PathMatch(kind, value), tuple(sorted(set(headers), key=lambda h: (h.name, h.value)))
     )
-    return ir.RouteMatch(ir.PathMatch(kind, value), tuple(sorted(set(headers), key=lambda h: (h.name, h.value))))
 
 
 def _precedence(match: HTTPRouteMatch) -> SortKey:

@@ -107,14 +107,19 @@ def apply_data_plane(
             missing = [s for s in sockets if s not in state.bound]
             if state.rejection is not None:
                 new = condition(
-                    PROGRAMMED, False, R_INVALID,
-                    f"Envoy rejected the configuration: {state.rejection}", generation,
+                    PROGRAMMED,
+                    False,
+                    R_INVALID,
+                    f"Envoy rejected the configuration: {state.rejection}",
+                    generation,
                 )
             elif state.accepted and not missing:
                 new = condition(PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving this listener", generation)
             else:
                 where = ", ".join(f"{a}:{p}" for a, p in missing) or "the listener"
-                new = condition(PROGRAMMED, False, R_PENDING, f"Waiting for Envoy to bind {where}", generation)
+                new = condition(
+                    PROGRAMMED, False, R_PENDING, f"Waiting for Envoy to bind {where}", generation
+                )
             _replace(conds, new)
             if new["status"] == "True":
                 programmed_listeners += 1
@@ -124,8 +129,11 @@ def apply_data_plane(
         generation = _generation(conds)
         if state.rejection is not None:
             new = condition(
-                PROGRAMMED, False, R_INVALID,
-                f"Envoy rejected the configuration; the previous configuration keeps serving: {state.rejection}",
+                PROGRAMMED,
+                False,
+                R_INVALID,
+                "Envoy rejected the configuration; the previous configuration keeps serving: "
+                f"{state.rejection}",
                 generation,
             )
         elif programmed_listeners and not pending:

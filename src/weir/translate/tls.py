@@ -64,20 +64,23 @@ def server_validation(
             (),
         )
     sans = tuple(
-        ir.SubjectAltName("DNS", san.hostname) if san.type == "Hostname" and san.hostname
+        ir.SubjectAltName("DNS", san.hostname)
+        if san.type == "Hostname" and san.hostname
         else ir.SubjectAltName("URI", san.uri or "")
         for san in validation.subject_alt_names
     ) or (ir.SubjectAltName("DNS", validation.hostname),)
     if validation.well_known_ca_certificates is not None:
         if validation.well_known_ca_certificates != "System":
             return TlsProblem(
-                st.R_UNSUPPORTED_VALUE, None,
+                st.R_UNSUPPORTED_VALUE,
+                None,
                 f"wellKnownCACertificates {validation.well_known_ca_certificates!r} is not supported; "
                 "use System (the system trust store) or caCertificateRefs",
             )
         return TlsOrigination(
             ir.UpstreamTLS(
-                sni=validation.hostname, subject_alt_names=sans,
+                sni=validation.hostname,
+                subject_alt_names=sans,
                 system_trust_file=settings.system_trust_file,
             ),
             (),
@@ -87,29 +90,38 @@ def server_validation(
         where = f"caCertificateRefs[{i}] ({ref.kind} {namespace}/{ref.name})"
         if ref.group != "" or ref.kind not in ("ConfigMap", "Secret"):
             return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE, st.R_INVALID_KIND,
+                st.R_NO_VALID_CA_CERTIFICATE,
+                st.R_INVALID_KIND,
                 f"{where}: kind {ref.group or 'core'}/{ref.kind} is not supported; "
                 "refer to a ConfigMap or Secret holding ca.crt",
             )
         source = (
-            resources.config_map(namespace, ref.name) if ref.kind == "ConfigMap"
+            resources.config_map(namespace, ref.name)
+            if ref.kind == "ConfigMap"
             else resources.secret(namespace, ref.name)
         )
         if source is None:
             return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE, st.R_INVALID_CA_CERTIFICATE_REF,
+                st.R_NO_VALID_CA_CERTIFICATE,
+                st.R_INVALID_CA_CERTIFICATE_REF,
                 f"{where} does not exist; create it with the CA certificate under key {CA_KEY}",
             )
-        raw = source.data.get(CA_KEY) if ref.kind == "ConfigMap" else _secret_text(resources, namespace, ref.name)
+        raw = (
+            source.data.get(CA_KEY)
+            if ref.kind == "ConfigMap"
+            else _secret_text(resources, namespace, ref.name)
+        )
         if not raw:
             return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE, st.R_INVALID_CA_CERTIFICATE_REF,
+                st.R_NO_VALID_CA_CERTIFICATE,
+                st.R_INVALID_CA_CERTIFICATE_REF,
                 f"{where} has no {CA_KEY} key; put the PEM CA certificate there",
             )
         error = _pem_certificates_error(raw)
         if error:
             return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE, st.R_INVALID_CA_CERTIFICATE_REF,
+                st.R_NO_VALID_CA_CERTIFICATE,
+                st.R_INVALID_CA_CERTIFICATE_REF,
                 f"{where}: {CA_KEY} is not a valid PEM certificate: {error}",
             )
         bundle.append(raw.strip() + "\n")
@@ -134,15 +146,23 @@ def client_certificate(
     where = f"clientCertificateRef (Secret {target_ns}/{ref.name})"
     if ref.group != "" or ref.kind != "Secret":
         return TlsProblem(
-            st.R_INVALID, st.R_INVALID_KIND,
+            st.R_INVALID,
+            st.R_INVALID_KIND,
             f"clientCertificateRef kind {ref.group or 'core'}/{ref.kind} is not supported; refer to a Secret",
         )
     if not reference_permitted(
-        resources, from_group=from_group, from_kind=from_kind, from_namespace=namespace,
-        to_group="", to_kind="Secret", to_namespace=target_ns, to_name=ref.name,
+        resources,
+        from_group=from_group,
+        from_kind=from_kind,
+        from_namespace=namespace,
+        to_group="",
+        to_kind="Secret",
+        to_namespace=target_ns,
+        to_name=ref.name,
     ):
         return TlsProblem(
-            st.R_INVALID, st.R_REF_NOT_PERMITTED,
+            st.R_INVALID,
+            st.R_REF_NOT_PERMITTED,
             f"{where} is in another namespace and no ReferenceGrant in {target_ns} allows it",
         )
     secret = resources.secret(target_ns, ref.name)
@@ -151,7 +171,8 @@ def client_certificate(
     cert, key = secret.value("tls.crt"), secret.value("tls.key")
     if not cert or not key:
         return TlsProblem(
-            st.R_INVALID, st.R_INVALID_CLIENT_CERTIFICATE_REF,
+            st.R_INVALID,
+            st.R_INVALID_CLIENT_CERTIFICATE_REF,
             f"{where} must have tls.crt and tls.key (type kubernetes.io/tls)",
         )
     error = _pem_certificates_error(cert.decode(errors="replace"))
