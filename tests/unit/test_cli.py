@@ -1,0 +1,84 @@
+"""The ``weir`` command's offline subcommands: validate, translate, version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from weir.cli import app
+
+runner = CliRunner()
+
+GOOD = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: api, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: api}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {name: api, namespace: default}
+spec:
+  type: ExternalHostname
+  externalHostname: {hostname: api.example.test}
+  port: {port: 443}
+  tls: {mode: ServerOnly}
+"""
+
+
+def test_validate_accepts_valid_manifests(tmp_path: Path) -> None:
+    (tmp_path / "ok.yaml").write_text(GOOD)
+    result = runner.invoke(app, ["validate", "-f", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "4 object(s) valid" in result.output
+
+
+def test_validate_rejects_with_file_line_object_and_field(tmp_path: Path) -> None:
+    bad = GOOD.replace("port: {port: 443}", "port: {port: 70000}")
+    path = tmp_path / "bad.yaml"
+    path.write_text(bad)
+    result = runner.invoke(app, ["validate", "-f", str(path)])
+    assert result.exit_code == 1
+    line = bad.splitlines().index("apiVersion: gateway.networking.x-k8s.io/v1alpha1") + 1
+    assert f"{path}:{line}: XBackend default/api: spec.port.port:" in result.output
+    assert "less than or equal to 65535" in result.output
+
+
+def test_translate_prints_status_ir_and_envoy_resources(tmp_path: Path) -> None:
+    (tmp_path / "ok.yaml").write_text(GOOD)
+    result = runner.invoke(app, ["translate", "-f", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(result.stdout)
+    kinds = {r["kind"] for r in data["resources"]}
+    assert kinds == {"GatewayClass", "Gateway", "HTTPRoute", "XBackend"}
+    xbackend = next(r for r in data["resources"] if r["kind"] == "XBackend")
+    assert xbackend["status"]["parents"][0]["conditions"][0]["status"] == "True"
+    assert [u["name"] for u in data["ir"]["upstreams"]] == ["xbackend/default/api"]
+    clusters = data["envoy"]["type.googleapis.com/envoy.config.cluster.v3.Cluster"]
+    assert list(clusters) == ["xbackend/default/api"]
+    listeners = data["envoy"]["type.googleapis.com/envoy.config.listener.v3.Listener"]
+    assert list(listeners) == ["127.0.0.1:8080"]
+
+
+def test_version_names_weir_and_envoy() -> None:
+    result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0
+    assert "weir 0.1.0" in result.output
+    assert "envoy" in result.output and "1.40" in result.output
