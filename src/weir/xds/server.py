@@ -18,6 +18,10 @@ How a snapshot reaches Envoy
 * A NACK leaves Envoy on its previous configuration. The server does not send
   the rejected resources again by itself; the next snapshot sends the type
   again, whatever its content.
+* A new stream (Envoy restarted or reconnected) gets the current snapshot,
+  except that a resource Envoy rejected, and unchanged since, is sent in the
+  last version an Envoy accepted: a restarted Envoy serves what the previous
+  one did, and the version is still reported as rejected.
 * Every response carries ``version_info = snapshot.version`` and a nonce that
   is unique for the life of the server.
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import itertools
 import logging
@@ -263,6 +268,9 @@ class _Sub:
     content: dict[str, Message] | None = None
     synced_version: str | None = None
     outcome: Outcome | None = None
+    # The rejection whose resources the last response replaced by their last
+    # accepted versions (see AdsServer._first_content).
+    fallback: Nack | None = None
     # Envoy's answers.
     acked_version: str | None = None
     nack: Nack | None = None
@@ -284,16 +292,8 @@ class _Sub:
         )
 
 
-class _Wake:
-    """Queue marker: the snapshot changed."""
-
-
-class _Eof:
-    """Queue marker: the request stream ended."""
-
-
-_WAKE = _Wake()
-_EOF = _Eof()
+#: Stream queue markers: the snapshot changed; the request stream ended.
+_WAKE, _EOF = object(), object()
 
 
 @dataclass(slots=True)
@@ -306,13 +306,6 @@ class _Stream:
     subs: dict[str, _Sub] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _TypeAggregate:
-    sent_version: str | None = None
-    acked_version: str | None = None
-    nack: Nack | None = None
-
-
 # --------------------------------------------------------------------------
 # The server
 # --------------------------------------------------------------------------
@@ -323,20 +316,22 @@ class AdsServer:
 
     def __init__(self, socket_path: str) -> None:
         if len(os.fsencode(socket_path)) > _MAX_UNIX_PATH:
-            raise ValueError(
-                f"unix socket path is longer than {_MAX_UNIX_PATH} bytes: {socket_path!r}"
-            )
+            raise ValueError(f"unix socket path is longer than {_MAX_UNIX_PATH} bytes: {socket_path!r}")
         self.socket_path = socket_path
         self._server: grpc.aio.Server | None = None
         self._snapshot: Snapshot | None = None
         self._streams: dict[int, _Stream] = {}
         self._streams_opened = 0
         self._nonces = itertools.count(1)
-        self._types: dict[str, _TypeAggregate] = {t: _TypeAggregate() for t in PUSH_ORDER}
+        self._types = {t: TypeState(t, None, None, None) for t in PUSH_ORDER}
         self._state: ServerState | None = None
         self._changed = asyncio.Event()
         self._listeners: list[Callable[[ServerState], None]] = []
         self._any_cache: dict[int, tuple[Message, Any]] = {}
+        # Per type, by name: the last version of each resource an Envoy
+        # accepted, and resources rejected since (with the rejection).
+        self._accepted: dict[str, dict[str, Message]] = {}
+        self._rejected: dict[str, dict[str, tuple[Message, Nack]]] = {}
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -407,6 +402,10 @@ class AdsServer:
         """Make ``snapshot`` current and push what changed to every Envoy."""
         self._snapshot = snapshot
         self._any_cache.clear()
+        for type_url, rejected in self._rejected.items():
+            current = snapshot.of_type(type_url)
+            for name in [n for n, (m, _) in rejected.items() if not _eq(current.get(n), m)]:
+                del rejected[name]  # changed since: no longer known bad
         for stream in self._streams.values():
             stream.queue.put_nowait(_WAKE)
         log.debug("snapshot %s set (%d streams)", snapshot.version, len(self._streams))
@@ -430,14 +429,10 @@ class AdsServer:
                     connected_since=stream.connected_since,
                     types=MappingProxyType({t: s.view() for t, s in stream.subs.items()}),
                 )
-            types = {
-                t: TypeState(t, agg.sent_version, agg.acked_version, agg.nack)
-                for t, agg in self._types.items()
-            }
             self._state = ServerState(
                 snapshot_version=self._snapshot.version if self._snapshot else None,
                 nodes=MappingProxyType(nodes),
-                types=MappingProxyType(types),
+                types=MappingProxyType(dict(self._types)),
                 streams_opened=self._streams_opened,
             )
         return self._state
@@ -485,6 +480,10 @@ class AdsServer:
 
     # ---------------------------------------------------------------- internals
 
+    def _aggregate(self, type_url: str, **changes: Any) -> None:
+        if type_url in self._types:
+            self._types[type_url] = dataclasses.replace(self._types[type_url], **changes)
+
     def _notify(self) -> None:
         self._state = None
         changed, self._changed = self._changed, asyncio.Event()
@@ -501,20 +500,15 @@ class AdsServer:
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
         self._streams_opened += 1
-        stream = _Stream(
-            id=self._streams_opened, peer=str(context.peer() or ""), connected_since=time.time()
-        )
+        stream = _Stream(id=self._streams_opened, peer=str(context.peer() or ""), connected_since=time.time())
         self._streams[stream.id] = stream
         reader = asyncio.create_task(self._read(requests, stream))
         try:
             while True:
                 item = await stream.queue.get()
-                if isinstance(item, _Eof):
+                if item is _EOF:
                     break
-                if isinstance(item, _Wake):
-                    responses = self._on_snapshot(stream)
-                else:
-                    responses = self._on_request(stream, item)
+                responses = self._on_snapshot(stream) if item is _WAKE else self._on_request(stream, item)
                 for response in responses:
                     yield response
         finally:
@@ -589,17 +583,23 @@ class AdsServer:
         return []
 
     def _on_ack(self, stream: _Stream, sub: _Sub) -> None:
-        assert stream.node_id is not None
-        sub.outcome = Outcome.ACKED
-        sub.acked_version = sub.sent_version
-        sub.nack = None
-        agg = self._types.get(sub.type_url)
-        if agg is not None:
-            agg.acked_version = sub.sent_version
-            agg.nack = None
-        log.debug(
-            "ACK %s version=%s from %s", _short(sub.type_url), sub.sent_version, stream.node_id
-        )
+        content = sub.content or {}
+        accepted = self._accepted.setdefault(sub.type_url, {})
+        if sub.wildcard:
+            accepted.clear()
+        accepted.update(content)
+        rejected = self._rejected.get(sub.type_url, {})
+        for name in [n for n, (m, _) in rejected.items() if _eq(content.get(n), m)]:
+            del rejected[name]
+        if sub.fallback is not None:
+            # Envoy took the last accepted versions: the version stays rejected.
+            sub.outcome, sub.nack = Outcome.NACKED, sub.fallback
+            self._aggregate(sub.type_url, nack=sub.fallback)
+        else:
+            sub.outcome, sub.nack = Outcome.ACKED, None
+            sub.acked_version = sub.sent_version
+            self._aggregate(sub.type_url, acked_version=sub.sent_version, nack=None)
+        log.debug("ACK %s version=%s from %s", _short(sub.type_url), sub.sent_version, stream.node_id)
 
     def _on_nack(self, stream: _Stream, sub: _Sub, request: Any) -> None:
         assert stream.node_id is not None
@@ -612,9 +612,12 @@ class AdsServer:
         )
         sub.outcome = Outcome.NACKED
         sub.nack = nack
-        agg = self._types.get(sub.type_url)
-        if agg is not None:
-            agg.nack = nack
+        accepted = self._accepted.get(sub.type_url, {})
+        rejected = self._rejected.setdefault(sub.type_url, {})
+        for name, resource in (sub.content or {}).items():
+            if not _eq(accepted.get(name), resource):  # accepted before: not the culprit
+                rejected[name] = (resource, nack)
+        self._aggregate(sub.type_url, nack=nack)
         log.warning(
             "Envoy %s rejected %s version %s (stays on %r): %s",
             stream.node_id,
@@ -658,10 +661,38 @@ class AdsServer:
             return dict(resources)
         return {name: resources[name] for name in sorted(sub.names) if name in resources}
 
-    def _respond(
-        self, stream: _Stream, sub: _Sub, snapshot: Snapshot, *, notify: bool = True
-    ) -> Any:
+    def _first_content(
+        self, stream: _Stream, sub: _Sub, snapshot: Snapshot
+    ) -> tuple[dict[str, Message], Nack | None]:
+        """The first resources of a type for a stream (a new or restarted Envoy).
+
+        A resource Envoy rejected, and unchanged since, is replaced by the
+        last version an Envoy accepted: a restarted Envoy then serves what the
+        one before it did, instead of losing the resource.
+        """
         content = self._desired(sub, snapshot)
+        rejected = self._rejected.get(sub.type_url)
+        if not rejected:
+            return content, None
+        accepted = self._accepted.get(sub.type_url, {})
+        fallback = None
+        for name, message in list(content.items()):
+            entry = rejected.get(name)
+            if entry is not None and _eq(entry[0], message) and name in accepted:
+                content[name], fallback = accepted[name], entry[1]
+                log.info(
+                    "%s %r: sending %s its last accepted version (the current one was rejected)",
+                    _short(sub.type_url),
+                    name,
+                    stream.node_id,
+                )
+        return content, fallback
+
+    def _respond(self, stream: _Stream, sub: _Sub, snapshot: Snapshot, *, notify: bool = True) -> Any:
+        if sub.content is None:
+            content, sub.fallback = self._first_content(stream, sub, snapshot)
+        else:
+            content, sub.fallback = self._desired(sub, snapshot), None
         nonce = str(next(self._nonces))
         response = discovery_pb2.DiscoveryResponse(
             version_info=snapshot.version,
@@ -675,9 +706,7 @@ class AdsServer:
         sub.content = content
         sub.synced_version = snapshot.version
         sub.outcome = Outcome.PENDING
-        agg = self._types.get(sub.type_url)
-        if agg is not None:
-            agg.sent_version = snapshot.version
+        self._aggregate(sub.type_url, sent_version=snapshot.version)
         log.debug(
             "push %s version=%s nonce=%s resources=%d to %s",
             _short(sub.type_url),
@@ -700,10 +729,12 @@ class AdsServer:
         return packed
 
 
+def _eq(a: Message | None, b: Message | None) -> bool:
+    return a is b or (a is not None and b is not None and a == b)
+
+
 def _same(a: Mapping[str, Message], b: Mapping[str, Message]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    return all(a[name] is b[name] or a[name] == b[name] for name in a)
+    return a.keys() == b.keys() and all(_eq(a[name], b[name]) for name in a)
 
 
 class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
