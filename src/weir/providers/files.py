@@ -34,7 +34,15 @@ from types import MappingProxyType
 import watchfiles
 
 from weir.api.meta import KubeObject, ObjectKey
-from weir.loader import Assembler, FileResult, Loaded, Problem, manifest_files, parse_bytes
+from weir.loader import (
+    Assembler,
+    FileResult,
+    Loaded,
+    Problem,
+    gc_paused,
+    manifest_files,
+    parse_bytes,
+)
 from weir.resources import Resources
 
 __all__ = ["FilesProvider", "Snapshot"]
@@ -116,89 +124,64 @@ class FilesProvider:
 
         If :meth:`load` was not called, the first snapshot is yielded at once.
         Changes made between :meth:`load` and the start of watching are
-        caught. Cancel the consuming task (or ``aclose()`` the iterator) to
+        caught. A folder given that is deleted and created again is watched
+        again. Cancel the consuming task (or ``aclose()`` the iterator) to
         stop; the watchers stop with it.
         """
         if self._snapshot is None:
             yield self.load()
-        queue: asyncio.Queue[set[str] | BaseException] = asyncio.Queue()
-        stop = asyncio.Event()
-        tasks = [
-            asyncio.create_task(
-                self._pump(roots, recursive, stop, queue), name=f"weir.files:{kind}"
-            )
-            for kind, (roots, recursive) in self._watch_roots().items()
-            if roots
-        ]
+        queue: asyncio.Queue[set[str] | None] = asyncio.Queue()
+        watchers = _Watchers(self._debounce_ms, queue)
         try:
-            # Let each watcher register with the OS before the catch-up read below.
-            for _ in range(3):
-                await asyncio.sleep(0)
-            if await asyncio.to_thread(self._reload, set()):
-                assert self._snapshot is not None
-                yield self._snapshot
+            plan = self._watch_plan()
+            await watchers.start(plan)
+            changed_since = await asyncio.to_thread(self._reload, set())
             while True:
-                item = await queue.get()
-                changed: set[str] = set()
-                while True:
-                    if isinstance(item, BaseException):
-                        raise item
-                    changed |= item
-                    if queue.empty():
-                        break
-                    item = queue.get_nowait()
-                if await asyncio.to_thread(self._reload, changed):
+                if changed_since:
                     assert self._snapshot is not None
                     yield self._snapshot
+                changed, rearm = await _next_batch(queue)
+                changed_since = await asyncio.to_thread(self._reload, changed)
+                new_plan = self._watch_plan()
+                if rearm or new_plan != plan:
+                    # A folder appeared or vanished (or a watcher failed): watch what exists
+                    # now, then read again what may have changed while re-arming.
+                    plan = new_plan
+                    await watchers.start(plan)
+                    changed_since |= await asyncio.to_thread(self._reload, set())
         finally:
-            stop.set()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await watchers.stop()
 
     # -------------------------------------------------------------- watching
 
-    def _watch_roots(self) -> dict[str, tuple[list[str], bool]]:
-        """Folders given are watched recursively; for a file, its folder is watched (not below)."""
+    def _watch_plan(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(folders watched recursively, folders watched without their subfolders).
+
+        A folder given is watched recursively, and its parent without
+        subfolders (to see it deleted and created again); for a file given (or
+        a path that does not exist yet), its folder is watched without
+        subfolders.
+        """
         trees: list[str] = []
-        parents: list[str] = []
+        flat: list[str] = []
         for path in self._paths:
             absolute = os.path.abspath(path)
             if os.path.isdir(absolute):
                 trees.append(absolute)
-            else:
-                parent = os.path.dirname(absolute)
-                if os.path.isdir(parent) and parent not in parents:
-                    parents.append(parent)
-                elif not os.path.isdir(parent):
-                    log.warning("%s: its folder does not exist; it will not be watched", path)
-        return {"trees": (trees, True), "files": (parents, False)}
+            parent = os.path.dirname(absolute)
+            if os.path.isdir(parent):
+                flat.append(parent)
+        return tuple(sorted(set(trees))), tuple(sorted(set(flat)))
 
-    async def _pump(
-        self,
-        roots: list[str],
-        recursive: bool,
-        stop: asyncio.Event,
-        queue: asyncio.Queue[set[str] | BaseException],
-    ) -> None:
-        try:
-            async for changes in watchfiles.awatch(
-                *roots,
-                debounce=self._debounce_ms,
-                step=min(50, self._debounce_ms),
-                stop_event=stop,
-                recursive=recursive,
-            ):
-                queue.put_nowait({path for _, path in changes})
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # surface watcher failures to the consumer
-            queue.put_nowait(err)
-
+    # -------------------------------------------------------------- reading
     # -------------------------------------------------------------- reading
 
     def _reload(self, changed: set[str]) -> bool:
         """Refresh from disk; True if a new snapshot was made (what is served may have changed)."""
+        with gc_paused():
+            return self._refresh(changed)
+
+    def _refresh(self, changed: set[str]) -> bool:
         files, missing = manifest_files(self._paths)
         cache: dict[str, _Cached] = {}
         reread = 0
@@ -278,9 +261,7 @@ class FilesProvider:
                     if last is None:  # never valid: skipped
                         asm.problem(*doc.problems)
                         continue
-                    asm.problem(
-                        *(replace(p, message=f"{p.message}: {KEPT_OBJECT}") for p in doc.problems)
-                    )
+                    asm.problem(*(replace(p, message=f"{p.message}: {KEPT_OBJECT}") for p in doc.problems))
                     from_file.append(Loaded(last, file, doc.line))
             served_by_file[file] = tuple(from_file)
             served.extend(from_file)
@@ -291,9 +272,7 @@ class FilesProvider:
         return Snapshot(
             resources=Resources.from_objects(loaded.object for loaded in served),
             problems=tuple(asm.problems()),
-            origins=MappingProxyType(
-                {loaded.object.key: (loaded.file, loaded.line) for loaded in served}
-            ),
+            origins=MappingProxyType({loaded.object.key: (loaded.file, loaded.line) for loaded in served}),
         )
 
     def _log_problems(self, problems: Sequence[Problem]) -> None:
@@ -304,7 +283,71 @@ class FilesProvider:
         for problem in problems:
             ident = (problem.severity, problem.file, problem.object, problem.field, problem.message)
             if ident not in self._logged:
-                log.log(
-                    logging.ERROR if problem.severity == "error" else logging.WARNING, "%s", problem
-                )
+                log.log(logging.ERROR if problem.severity == "error" else logging.WARNING, "%s", problem)
         self._logged = standing
+
+
+async def _next_batch(queue: asyncio.Queue[set[str] | None]) -> tuple[set[str], bool]:
+    """Wait for changes, then take every batch already queued: (paths changed, re-arm needed)."""
+    changed: set[str] = set()
+    rearm = False
+    item = await queue.get()
+    while True:
+        if item is None:
+            rearm = True
+        else:
+            changed |= item
+        if queue.empty():
+            return changed, rearm
+        item = queue.get_nowait()
+
+
+class _Watchers:
+    """The ``watchfiles.awatch`` loops for one watch plan, each feeding ``queue``.
+
+    A batch of changed paths is put on the queue; ``None`` means a watcher
+    failed and the plan should be re-armed.
+    """
+
+    def __init__(self, debounce_ms: int, queue: asyncio.Queue[set[str] | None]) -> None:
+        self._debounce_ms = debounce_ms
+        self._queue = queue
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, plan: tuple[tuple[str, ...], tuple[str, ...]]) -> None:
+        await self.stop()
+        self._stop = asyncio.Event()
+        trees, flat = plan
+        for name, roots, recursive in (("trees", trees, True), ("folders", flat, False)):
+            if roots:
+                task = asyncio.create_task(self._pump(roots, recursive), name=f"weir.files:{name}")
+                self._tasks.append(task)
+        # Each awatch registers with the OS on its first step; let them take it, so that
+        # the caller's catch-up read happens after watching has begun.
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _pump(self, roots: tuple[str, ...], recursive: bool) -> None:
+        try:
+            async for changes in watchfiles.awatch(
+                *roots,
+                debounce=self._debounce_ms,
+                step=min(50, self._debounce_ms),
+                stop_event=self._stop,
+                recursive=recursive,
+            ):
+                self._queue.put_nowait({path for _, path in changes})
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # e.g. a folder deleted just before watching it
+            log.warning("watching %s failed (%s); watching again in 1s", ", ".join(roots), err)
+            await asyncio.sleep(1.0)
+            self._queue.put_nowait(None)

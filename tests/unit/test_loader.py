@@ -1,0 +1,808 @@
+"""weir.loader: manifests → validated objects, and problems that say where and what."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from weir.api import registry
+from weir.api.core_v1 import Namespace, Secret, Service
+from weir.api.gateway_v1 import GatewayClass, HTTPRoute
+from weir.api.meta import ObjectKey
+from weir.loader import (
+    Loaded,
+    LoadReport,
+    Problem,
+    load_file,
+    load_paths,
+    load_text,
+    manifest_files,
+)
+
+TESTDATA = Path(__file__).parent / "testdata" / "loader"
+VALID = TESTDATA / "valid"
+TREE = TESTDATA / "tree"
+
+
+def strs(problems: list[Problem]) -> list[str]:
+    return [str(p) for p in problems]
+
+
+# ------------------------------------------------------------------ valid manifests
+
+
+def test_every_registered_kind_has_a_valid_fixture() -> None:
+    kinds = {m.KIND for m in registry.MODELS}
+    fixtures = {load_file(path)[0][0].object.KIND for path in sorted(VALID.glob("*.yaml"))}
+    assert kinds == fixtures
+
+
+@pytest.mark.parametrize("model", registry.MODELS, ids=lambda m: m.KIND)
+def test_valid_manifest_of_each_kind_loads(model: type) -> None:
+    path = VALID / f"{model.KIND.lower()}.yaml"  # type: ignore[attr-defined]
+    objects, problems = load_file(path)
+    assert problems == []
+    assert len(objects) == 1
+    loaded = objects[0]
+    assert isinstance(loaded.object, model)
+    assert loaded.file == str(path)
+    assert loaded.line == 1
+
+
+def test_valid_fixtures_read_as_written() -> None:
+    report = load_paths([VALID])
+    assert report.problems == []
+    by_key = {o.object.key: o.object for o in report.objects}
+    route = by_key[ObjectKey("HTTPRoute", "egress", "openai")]
+    assert isinstance(route, HTTPRoute)
+    ref = route.spec.rules[0].backend_refs[0]
+    assert (ref.kind, ref.name, ref.port) == ("XBackend", "openai", 443)
+    secret = by_key[ObjectKey("Secret", "egress", "openai-key")]
+    assert isinstance(secret, Secret)
+    assert secret.value("token") == b"sk-test"
+
+
+# ------------------------------------------------------------------ invalid manifests
+
+# Every case is the second document of a file; the first is 4 lines plus `---`,
+# so the object under test starts on line 6.
+PRELUDE = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: prelude\n---\n"
+
+ROUTE = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: web
+spec:
+"""
+GATEWAY = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw
+  namespace: infra
+spec:
+"""
+XBACKEND = """\
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata:
+  name: openai
+  namespace: egress
+spec:
+  type: ExternalHostname
+  port: {port: 443}
+"""
+
+INVALID: list[tuple[str, str, list[str]]] = [
+    (
+        "route-port-zero",
+        ROUTE + "  rules:\n  - backendRefs:\n    - {name: a, port: 80}\n    - {name: b, port: 0}\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].backendRefs[1].port: "
+            "Invalid value: 0: should be greater than or equal to 1"
+        ],
+    ),
+    (
+        "route-port-too-big",
+        ROUTE + "  rules:\n  - backendRefs: [{name: a, port: 65536}]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].backendRefs[0].port: "
+            "Invalid value: 65536: should be less than or equal to 65535"
+        ],
+    ),
+    (
+        "route-port-string",
+        ROUTE + "  rules:\n  - backendRefs: [{name: a, port: http}]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].backendRefs[0].port: "
+            'Invalid value: "string": must be of type integer'
+        ],
+    ),
+    (
+        "route-weight-negative",
+        ROUTE + "  rules:\n  - backendRefs: [{name: a, port: 80, weight: -1}]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].backendRefs[0].weight: "
+            "Invalid value: -1: should be greater than or equal to 0"
+        ],
+    ),
+    (
+        "route-backend-name-missing",
+        ROUTE + "  rules:\n  - backendRefs: [{port: 80}]\n",
+        # No derived "spec.rules: should have at least 1 items" noise.
+        ["case.yaml:6: HTTPRoute default/web: spec.rules[0].backendRefs[0].name: Required value"],
+    ),
+    (
+        "route-path-type-enum",
+        ROUTE + "  rules:\n  - matches:\n    - path: {type: Prefix, value: /}\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].path.type: "
+            'Unsupported value: "Prefix": supported values: '
+            '"Exact", "PathPrefix", "RegularExpression"'
+        ],
+    ),
+    (
+        "route-path-double-slash",
+        ROUTE + "  rules:\n  - matches:\n    - path: {type: Exact, value: /a//b}\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].path: "
+            "Invalid value: \"object\": must not contain '//' when type one of "
+            "['Exact', 'PathPrefix']"
+        ],
+    ),
+    (
+        "route-path-relative",
+        ROUTE + "  rules:\n  - matches:\n    - path: {value: api}\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].path: "
+            "Invalid value: \"object\": value must be an absolute path and start with '/' "
+            "when type one of ['Exact', 'PathPrefix']"
+        ],
+    ),
+    (
+        "route-method-enum",
+        ROUTE + "  rules:\n  - matches:\n    - method: FETCH\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].method: "
+            'Unsupported value: "FETCH": supported values: "GET", "HEAD", "POST", "PUT", '
+            '"DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"'
+        ],
+    ),
+    (
+        "route-header-name-pattern",
+        ROUTE + "  rules:\n  - matches:\n    - headers: [{name: 'x team', value: a}]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].headers[0].name: "
+            "Invalid value: \"x team\": should match '^[A-Za-z0-9!#$%&'*+\\-.^_\\x60|~]+$'"
+        ],
+    ),
+    (
+        "route-hostname-pattern",
+        ROUTE + "  hostnames: [Example.COM]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.hostnames[0]: "
+            'Invalid value: "Example.COM": should match '
+            "'^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'"
+        ],
+    ),
+    (
+        "route-too-many-hostnames",
+        ROUTE + "  hostnames: [" + ", ".join(f"h{i}.example.com" for i in range(17)) + "]\n",
+        ["case.yaml:6: HTTPRoute default/web: spec.hostnames: Too many: 17: must have at most 16 items"],
+    ),
+    (
+        "route-parent-name-too-long",
+        ROUTE + "  parentRefs: [{name: " + "g" * 254 + "}]\n",
+        ["case.yaml:6: HTTPRoute default/web: spec.parentRefs[0].name: Too long: may not be longer than 253"],
+    ),
+    (
+        "route-rules-not-a-list",
+        ROUTE + "  rules: {matches: []}\n",
+        ['case.yaml:6: HTTPRoute default/web: spec.rules: Invalid value: "object": must be of type array'],
+    ),
+    (
+        "route-several-errors-in-order",
+        ROUTE
+        + "  parentRefs: [{name: gw, port: 0}]\n"
+        + "  rules:\n  - backendRefs: [{name: a, port: 80, weight: 2000000}]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.parentRefs[0].port: "
+            "Invalid value: 0: should be greater than or equal to 1",
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].backendRefs[0].weight: "
+            "Invalid value: 2000000: should be less than or equal to 1000000",
+        ],
+    ),
+    (
+        "gateway-class-name-missing",
+        GATEWAY + "  listeners: [{name: http, port: 80, protocol: HTTP}]\n",
+        ["case.yaml:6: Gateway infra/gw: spec.gatewayClassName: Required value"],
+    ),
+    (
+        "gateway-no-listeners",
+        GATEWAY + "  gatewayClassName: weir\n  listeners: []\n",
+        ["case.yaml:6: Gateway infra/gw: spec.listeners: Invalid value: 0: should have at least 1 items"],
+    ),
+    (
+        "gateway-https-without-tls",
+        GATEWAY + "  gatewayClassName: weir\n  listeners: [{name: https, port: 443, protocol: HTTPS}]\n",
+        [
+            "case.yaml:6: Gateway infra/gw: spec.listeners[0]: "
+            'Invalid value: "object": tls mode must be set for protocol HTTPS'
+        ],
+    ),
+    (
+        "gateway-duplicate-listener-names",
+        GATEWAY
+        + "  gatewayClassName: weir\n"
+        + "  listeners:\n"
+        + "  - {name: web, port: 80, protocol: HTTP}\n"
+        + "  - {name: web, port: 8080, protocol: HTTP}\n",
+        [
+            "case.yaml:6: Gateway infra/gw: spec: "
+            'Invalid value: "object": Listener name must be unique within the Gateway'
+        ],
+    ),
+    (
+        "gateway-spec-missing",
+        GATEWAY.replace("spec:\n", ""),
+        ["case.yaml:6: Gateway infra/gw: spec: Required value"],
+    ),
+    (
+        "gateway-spec-null",
+        GATEWAY.replace("spec:\n", "spec: null\n"),
+        ["case.yaml:6: Gateway infra/gw: spec: Required value"],
+    ),
+    (
+        "gatewayclass-controller-name-pattern",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata:\n  name: weir\n"
+        "spec:\n  controllerName: weir\n",
+        [
+            'case.yaml:6: GatewayClass weir: spec.controllerName: Invalid value: "weir": should '
+            "match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\/"
+            "[A-Za-z0-9\\/\\-._~%!$&'()*+,;=:]+$'"
+        ],
+    ),
+    (
+        "gatewayclass-description-too-long",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata:\n  name: weir\n"
+        "spec:\n  controllerName: weir.dev/gateway-controller\n  description: " + "d" * 65 + "\n",
+        ["case.yaml:6: GatewayClass weir: spec.description: Too long: may not be longer than 64"],
+    ),
+    (
+        "xbackend-client-cert-without-mutual-tls",
+        XBACKEND
+        + "  externalHostname: {hostname: api.openai.com}\n"
+        + "  tls:\n    mode: ServerOnly\n    clientCertificateRef: {name: client}\n",
+        [
+            'case.yaml:6: XBackend egress/openai: spec.tls: Invalid value: "object": '
+            "clientCertificateRef must be set if and only if mode is ClientAndServer"
+        ],
+    ),
+    (
+        "xbackend-mutual-tls-without-client-cert",
+        XBACKEND + "  externalHostname: {hostname: api.openai.com}\n  tls: {mode: ClientAndServer}\n",
+        [
+            'case.yaml:6: XBackend egress/openai: spec.tls: Invalid value: "object": '
+            "clientCertificateRef must be set if and only if mode is ClientAndServer"
+        ],
+    ),
+    (
+        "xbackend-cluster-local-hostname",
+        XBACKEND + "  externalHostname: {hostname: web.apps.svc.cluster.local}\n",
+        [
+            "case.yaml:6: XBackend egress/openai: spec.externalHostname: Invalid value: "
+            '"object": hostname must not be an IP address or end with .cluster.local'
+        ],
+    ),
+    (
+        "xbackend-hostname-missing",
+        XBACKEND,
+        [
+            'case.yaml:6: XBackend egress/openai: spec: Invalid value: "object": '
+            "externalHostname must be set when type is ExternalHostname and must be unset otherwise"
+        ],
+    ),
+    (
+        "xbackend-type-enum",
+        XBACKEND.replace("type: ExternalHostname", "type: Service"),
+        [
+            "case.yaml:6: XBackend egress/openai: spec.type: "
+            'Unsupported value: "Service": supported values: "ExternalHostname"'
+        ],
+    ),
+    (
+        "xbackend-tls-mode-missing",
+        XBACKEND + "  externalHostname: {hostname: api.openai.com}\n  tls: {}\n",
+        ["case.yaml:6: XBackend egress/openai: spec.tls.mode: Required value"],
+    ),
+    (
+        "xbackend-port-name-not-a-label",
+        XBACKEND.replace("{port: 443}", "{port: 443, name: Web-TLS}")
+        + "  externalHostname: {hostname: api.openai.com}\n",
+        [
+            'case.yaml:6: XBackend egress/openai: spec.port.name: Invalid value: "Web-TLS": '
+            "should match '^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"
+        ],
+    ),
+    (
+        "xbackend-both-trust-sources",
+        XBACKEND
+        + "  externalHostname: {hostname: api.openai.com}\n"
+        + "  tls:\n    mode: ServerOnly\n    validation:\n      hostname: api.openai.com\n"
+        + "      wellKnownCACertificates: System\n"
+        + "      caCertificateRefs: [{group: '', kind: ConfigMap, name: ca}]\n",
+        [
+            'case.yaml:6: XBackend egress/openai: spec.tls.validation: Invalid value: "object": '
+            "must not contain both CACertificateRefs and WellKnownCACertificates"
+        ],
+    ),
+    (
+        "xbackend-san-without-hostname",
+        XBACKEND
+        + "  externalHostname: {hostname: api.openai.com}\n"
+        + "  tls:\n    mode: ServerOnly\n    validation:\n      hostname: api.openai.com\n"
+        + "      wellKnownCACertificates: System\n"
+        + "      subjectAltNames: [{type: Hostname}]\n",
+        [
+            "case.yaml:6: XBackend egress/openai: spec.tls.validation.subjectAltNames[0]: "
+            'Invalid value: "object": SubjectAltName element must contain Hostname, '
+            "if Type is set to Hostname"
+        ],
+    ),
+    (
+        "service-target-port-int-or-string",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n"
+        "  ports: [{port: 80, targetPort: [8080]}]\n",
+        [
+            "case.yaml:6: Service default/web: spec.ports[0].targetPort: "
+            'Invalid value: "array": must be of type integer or string'
+        ],
+    ),
+    (
+        "service-type-enum",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {type: Internal}\n",
+        [
+            'case.yaml:6: Service default/web: spec.type: Unsupported value: "Internal": '
+            'supported values: "ClusterIP", "NodePort", "LoadBalancer", "ExternalName"'
+        ],
+    ),
+    (
+        "secret-bad-base64",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: key}\ndata: {token: 'not base64!'}\n",
+        ['case.yaml:6: Secret default/key: data: Invalid value: "object": data[token]: illegal base64 data'],
+    ),
+    (
+        "endpointslice-address-type-and-empty-addresses",
+        "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1}\n"
+        "endpoints: [{addresses: []}]\n",
+        [
+            "case.yaml:6: EndpointSlice default/web-1: addressType: Required value",
+            "case.yaml:6: EndpointSlice default/web-1: endpoints[0].addresses: "
+            "Invalid value: 0: should have at least 1 items",
+        ],
+    ),
+    (
+        "referencegrant-from-empty",
+        "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\n"
+        "metadata: {name: g}\nspec:\n  from: []\n  to: [{group: '', kind: Service}]\n",
+        ["case.yaml:6: ReferenceGrant default/g: spec.from: Invalid value: 0: should have at least 1 items"],
+    ),
+    (
+        "name-not-a-subdomain",
+        ROUTE.replace("name: web", "name: Web_1") + "  rules: []\n",
+        [
+            'case.yaml:6: HTTPRoute default/Web_1: metadata.name: Invalid value: "Web_1": '
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+            "'-' or '.', and must start and end with an alphanumeric character",
+            "case.yaml:6: HTTPRoute default/Web_1: spec.rules: Invalid value: 0: "
+            "should have at least 1 items",
+        ],
+    ),
+    (
+        "label-value-not-a-string",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  labels: {app: web, version: 2}\n",
+        [
+            "case.yaml:6: ConfigMap default/c: metadata.labels[version]: "
+            'Invalid value: "integer": must be of type string'
+        ],
+    ),
+    (
+        "kind-missing",
+        "apiVersion: v1\nmetadata: {name: x}\n",
+        ["case.yaml:6: kind: Required value"],
+    ),
+    (
+        "api-version-and-name-missing",
+        "kind: Service\nmetadata: {namespace: apps}\n",
+        ["case.yaml:6: apiVersion: Required value", "case.yaml:6: metadata.name: Required value"],
+    ),
+    (
+        "name-not-a-string",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: 42}\n",
+        ["case.yaml:6: metadata.name: Invalid value: 42: must be of type string"],
+    ),
+    (
+        "document-not-a-mapping",
+        "- apiVersion: v1\n  kind: Service\n",
+        [
+            'case.yaml:6: Invalid value: "array": a manifest must be an object with apiVersion, '
+            "kind and metadata.name"
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_manifest(text: str, expected: list[str]) -> None:
+    objects, problems = load_text(PRELUDE + text, "case.yaml")
+    assert strs(problems) == expected
+    assert all(p.severity == "error" for p in problems)
+    # The invalid object is skipped; the valid one before it loads.
+    assert [str(o.object.key) for o in objects] == ["Namespace prelude"]
+
+
+def test_at_least_25_invalid_cases_across_kinds() -> None:
+    assert len(INVALID) >= 25
+    kinds = {c[1].split("kind: ", 1)[1].split("\n", 1)[0] for c in INVALID if "kind: " in c[1]}
+    assert {"HTTPRoute", "Gateway", "GatewayClass", "XBackend", "Service", "Secret"} <= kinds
+
+
+def test_problem_fields() -> None:
+    _, problems = load_text(PRELUDE + INVALID[0][1], "routes.yaml")
+    (problem,) = problems
+    assert problem == Problem(
+        "error",
+        "routes.yaml",
+        6,
+        "HTTPRoute default/web",
+        "spec.rules[0].backendRefs[1].port",
+        "Invalid value: 0: should be greater than or equal to 1",
+    )
+    assert problem.to_data() == {
+        "severity": "error",
+        "file": "routes.yaml",
+        "line": 6,
+        "object": "HTTPRoute default/web",
+        "field": "spec.rules[0].backendRefs[1].port",
+        "message": "Invalid value: 0: should be greater than or equal to 1",
+    }
+    json.dumps(problem.to_data())
+
+
+def test_problem_str_omits_missing_parts() -> None:
+    assert str(Problem("error", "a.yaml", None, None, None, "no such file or directory")) == (
+        "a.yaml: no such file or directory"
+    )
+    assert str(Problem("warning", "a.yaml", 3, "GatewayClass weir", None, "m")) == (
+        "a.yaml:3: GatewayClass weir: m"
+    )
+    assert str(Problem("error", "a.yaml", 3, None, "kind", "Required value")) == (
+        "a.yaml:3: kind: Required value"
+    )
+
+
+# ------------------------------------------------------------------ YAML
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            PRELUDE + "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n namespace: b\n",
+            "case.yaml:10: invalid YAML: did not find expected key "
+            "(while parsing a block mapping started on line 6)",
+        ),
+        (
+            "apiVersion: v1\nkind: Service\nmetadata: {name: [a}\n",
+            "case.yaml:3: invalid YAML: did not find expected ',' or ']' "
+            "(while parsing a flow sequence started on line 3)",
+        ),
+        (
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n  name: b\n",
+            'case.yaml:5: invalid YAML: mapping key "name" already defined at line 4 '
+            "(while constructing a mapping started on line 4)",
+        ),
+        (
+            "apiVersion: v1\nkind: Service\nmetadata: *meta\n",
+            "case.yaml:3: invalid YAML: found undefined alias",
+        ),
+        (
+            "apiVersion: v1\nkind: Service\nmetadata: !custom {name: a}\n",
+            "case.yaml:3: invalid YAML: could not determine a constructor for the tag '!custom'",
+        ),
+    ],
+    ids=["bad-indent", "unclosed-flow", "duplicate-key", "undefined-alias", "unknown-tag"],
+)
+def test_yaml_error_is_one_problem_for_the_file(text: str, expected: str) -> None:
+    objects, problems = load_text(text, "case.yaml")
+    assert objects == []
+    assert strs(problems) == [expected]
+
+
+def test_empty_and_null_documents_are_skipped() -> None:
+    text = "---\n# nothing\n---\nnull\n---\n~\n---\n" + PRELUDE + "\n---\n"
+    objects, problems = load_text(text, "a.yaml")
+    assert problems == []
+    assert [(o.line, str(o.object.key)) for o in objects] == [(8, "Namespace prelude")]
+    assert load_text("", "empty.yaml") == ([], [])
+
+
+def test_yaml_reads_as_kubernetes_does() -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: v1
+        kind: Namespace
+        metadata: &meta
+          name: dates
+          creationTimestamp: 2024-05-01T10:00:00Z
+          labels:
+            <<: {team: platform, tier: web}
+            tier: edge
+        """
+    )
+    objects, problems = load_text(text, "a.yaml")
+    assert problems == []
+    meta = objects[0].object.metadata
+    assert meta.creation_timestamp == "2024-05-01T10:00:00Z"
+    assert meta.labels == {"team": "platform", "tier": "edge"}
+
+
+def test_json_file(tmp_path: Path) -> None:
+    path = tmp_path / "ns.json"
+    path.write_text(
+        json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "j"}}, indent="\t")
+    )
+    objects, problems = load_file(path)
+    assert problems == []
+    assert objects[0].object.key == ObjectKey("Namespace", "", "j")
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: caf\xe9}\n".encode("latin-1"))
+    objects, problems = load_file(path)
+    assert objects == []
+    assert strs(problems) == [f"{path}:3: not UTF-8 text: invalid continuation byte"]
+
+
+# ------------------------------------------------------------------ kinds, namespaces, lists
+
+
+def test_unknown_kind_warns_once_per_kind_with_count() -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: one, namespace: apps}
+        ---
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: two}
+        ---
+        apiVersion: batch/v1
+        kind: Job
+        metadata: {name: job}
+        ---
+        apiVersion: apps/v1
+        kind: Deployment
+        metadata: {name: three}
+        """
+    )
+    objects, problems = load_text(text, "apps.yaml")
+    assert objects == []
+    assert strs(problems) == [
+        "apps.yaml:1: Deployment apps/one: weir does not read Deployment (apps/v1); "
+        "skipped 3 objects of this kind",
+        "apps.yaml:9: Job job: weir does not read Job (batch/v1); skipped 1 object of this kind",
+    ]
+    assert all(p.severity == "warning" for p in problems)
+
+
+def test_known_kind_at_another_version_says_which_version_weir_reads() -> None:
+    text = "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: HTTPRoute\nmetadata: {name: old}\n"
+    _, problems = load_text(text, "a.yaml")
+    assert strs(problems) == [
+        "a.yaml:1: HTTPRoute old: weir reads HTTPRoute as apiVersion gateway.networking.k8s.io/v1, "
+        "not gateway.networking.k8s.io/v1beta1; skipped 1 object of this kind"
+    ]
+
+
+def test_list_is_unpacked_with_the_line_of_each_item() -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: v1
+        kind: List
+        metadata:
+          resourceVersion: ""
+        items:
+        - apiVersion: v1
+          kind: Service
+          metadata:
+            name: a
+            namespace: apps
+        - apiVersion: v1
+          kind: Service
+          metadata:
+            name: b
+          spec:
+            ports: [{port: 0}]
+        - apiVersion: gateway.networking.k8s.io/v1
+          kind: GatewayClass
+          metadata: {name: weir}
+          spec: {controllerName: weir.dev/gateway-controller}
+        """
+    )
+    objects, problems = load_text(text, "list.yaml")
+    assert [(o.line, str(o.object.key)) for o in objects] == [
+        (6, "Service apps/a"),
+        (17, "GatewayClass weir"),
+    ]
+    assert strs(problems) == [
+        "list.yaml:11: Service default/b: spec.ports[0].port: "
+        "Invalid value: 0: should be greater than or equal to 1"
+    ]
+
+
+def test_typed_list_items_take_kind_from_the_list() -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: v1
+        kind: ServiceList
+        items:
+        - metadata: {name: a}
+        - metadata: {name: b}
+        """
+    )
+    objects, problems = load_text(text, "list.yaml")
+    assert problems == []
+    assert [(o.line, str(o.object.key)) for o in objects] == [
+        (4, "Service default/a"),
+        (5, "Service default/b"),
+    ]
+
+
+def test_namespace_defaults_to_default_for_namespaced_kinds_only() -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: v1
+        kind: Service
+        metadata: {name: web}
+        ---
+        apiVersion: v1
+        kind: Service
+        metadata: {name: web, namespace: apps}
+        ---
+        apiVersion: gateway.networking.k8s.io/v1
+        kind: GatewayClass
+        metadata: {name: weir, namespace: ignored}
+        spec: {controllerName: weir.dev/gateway-controller}
+        """
+    )
+    objects, problems = load_text(text, "a.yaml")
+    assert problems == []
+    keys = [o.object.key for o in objects]
+    assert keys == [
+        ObjectKey("Service", "default", "web"),
+        ObjectKey("Service", "apps", "web"),
+        ObjectKey("GatewayClass", "", "weir"),
+    ]
+    service = objects[0].object
+    assert isinstance(service, Service)
+    assert service.metadata.namespace == "default"
+    gateway_class = objects[2].object
+    assert isinstance(gateway_class, GatewayClass)
+    assert gateway_class.metadata.namespace is None
+    assert str(gateway_class.key) == "GatewayClass weir"
+
+
+def test_duplicate_object_keeps_the_first_and_names_it() -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: v1
+        kind: Service
+        metadata: {name: web}
+        spec: {ports: [{port: 80}]}
+        ---
+        apiVersion: v1
+        kind: Service
+        metadata: {name: web, namespace: default}
+        spec: {ports: [{port: 81}]}
+        """
+    )
+    objects, problems = load_text(text, "a.yaml")
+    assert strs(problems) == [
+        "a.yaml:6: Service default/web: Duplicate value: already defined at a.yaml:1; "
+        "this definition is ignored"
+    ]
+    (loaded,) = objects
+    assert isinstance(loaded.object, Service)
+    assert loaded.object.spec.ports[0].port == 80
+
+
+def test_duplicate_across_files(tmp_path: Path) -> None:
+    ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shared}\n"
+    (tmp_path / "a.yaml").write_text(ns)
+    (tmp_path / "b.yaml").write_text("# a comment\n" + ns)
+    report = load_paths([tmp_path])
+    assert [o.file for o in report.objects] == [str(tmp_path / "a.yaml")]
+    assert strs(report.problems) == [
+        f"{tmp_path}/b.yaml:2: Namespace shared: Duplicate value: already defined at "
+        f"{tmp_path}/a.yaml:1; this definition is ignored"
+    ]
+
+
+# ------------------------------------------------------------------ files and folders
+
+
+def test_recursive_walk_sorted_skipping_hidden_and_other_files() -> None:
+    files, problems = manifest_files([TREE])
+    assert problems == []
+    assert [p.relative_to(TREE).as_posix() for p in files] == [
+        "a.yaml",
+        "sub/b.yml",
+        "sub/deeper/c.json",
+        "sub/deeper/list.yaml",
+    ]
+
+
+def test_load_paths_over_a_tree() -> None:
+    report = load_paths([TREE])
+    assert isinstance(report, LoadReport)
+    assert [
+        (Path(o.file).relative_to(TREE).as_posix(), o.line, str(o.object.key)) for o in report.objects
+    ] == [
+        ("a.yaml", 1, "Namespace a"),
+        ("sub/b.yml", 7, "Service default/b"),
+        ("sub/deeper/c.json", 1, "ConfigMap deep/c"),
+        ("sub/deeper/list.yaml", 4, "Namespace listed-one"),
+        ("sub/deeper/list.yaml", 8, "Namespace listed-two"),
+    ]
+    # One warning for the three Deployments in three files, at the first.
+    assert strs(report.problems) == [
+        f"{TREE}/a.yaml:6: Deployment apps/web: weir does not read Deployment (apps/v1); "
+        "skipped 3 objects of this kind"
+    ]
+    assert report.errors == []
+    assert report.warnings == report.problems
+    assert report.ok
+    names = {o.object.name for o in report.objects}
+    assert not names & {"hidden-file", "hidden-dir", "hidden-nested-dir", "not-a-manifest-name"}
+
+
+def test_explicit_paths_are_read_even_if_hidden_or_oddly_named() -> None:
+    report = load_paths([TREE / ".hidden.yaml", TREE / "notes.txt"])
+    assert report.problems == []
+    assert [o.object.name for o in report.objects] == ["hidden-file", "not-a-manifest-name"]
+
+
+def test_missing_path_is_an_error_and_the_rest_loads() -> None:
+    missing = TESTDATA / "does-not-exist"
+    report = load_paths([missing, VALID / "namespace.yaml"])
+    assert strs(report.errors) == [f"{missing}: no such file or directory"]
+    assert [o.object.name for o in report.objects] == ["egress"]
+    assert not report.ok
+
+
+def test_file_reached_twice_is_read_once() -> None:
+    report = load_paths([VALID, VALID / "namespace.yaml"])
+    assert report.problems == []
+    assert len(report.objects) == len(registry.MODELS)
+
+
+def test_hidden_folder_given_as_root_is_walked(tmp_path: Path) -> None:
+    root = tmp_path / ".config"
+    root.mkdir()
+    (root / "ns.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: n}\n")
+    (root / ".skip.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: s}\n")
+    report = load_paths([root])
+    assert [o.object.name for o in report.objects] == ["n"]
+
+
+def test_loaded_records_origin() -> None:
+    objects, _ = load_text(PRELUDE + PRELUDE.replace("prelude", "second"), "x.yaml")
+    assert objects[1] == Loaded(objects[1].object, "x.yaml", 6)
+    assert isinstance(objects[1].object, Namespace)
