@@ -122,7 +122,8 @@ def validate(file: Paths) -> None:
     _print_problems(report)
     count = len(report.objects)
     if report.errors:
-        err.print(f"{len(report.errors)} error(s) in {count + len(report.errors)} object(s)")
+        invalid = len({(p.file, p.line, p.object) for p in report.errors})
+        err.print(f"{len(report.errors)} error(s) in {invalid} invalid object(s); {count} valid")
         raise typer.Exit(1)
     out.print(f"{count} object(s) valid")
 

@@ -806,3 +806,25 @@ def test_loaded_records_origin() -> None:
     objects, _ = load_text(PRELUDE + PRELUDE.replace("prelude", "second"), "x.yaml")
     assert objects[1] == Loaded(objects[1].object, "x.yaml", 6)
     assert isinstance(objects[1].object, Namespace)
+
+
+def test_integers_are_strict_like_the_api_server() -> None:
+    """``port: "80"`` or ``port: true`` is rejected by the API server; weir must not coerce them."""
+    text = (
+        "apiVersion: gateway.networking.k8s.io/v1\n"
+        "kind: HTTPRoute\n"
+        "metadata: {name: r, namespace: default}\n"
+        "spec:\n"
+        '  parentRefs: [{name: gw, port: "80"}]\n'
+        '  rules: [{backendRefs: [{name: s, port: true, weight: "5"}]}]\n'
+    )
+    loaded, problems = load_text(text, "strict.yaml")
+    assert loaded == []
+    assert [str(p) for p in problems] == [
+        'strict.yaml:1: HTTPRoute default/r: spec.parentRefs[0].port: Invalid value: "string": '
+        "must be of type integer",
+        'strict.yaml:1: HTTPRoute default/r: spec.rules[0].backendRefs[0].port: Invalid value: "boolean": '
+        "must be of type integer",
+        'strict.yaml:1: HTTPRoute default/r: spec.rules[0].backendRefs[0].weight: Invalid value: "string": '
+        "must be of type integer",
+    ]

@@ -17,7 +17,7 @@ class ServicePort(Model):
     name: str | None = None
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
     app_protocol: str | None = None
-    port: int = Field(ge=1, le=65535)
+    port: int = Field(ge=1, le=65535, strict=True)
     target_port: int | str | None = None
 
 

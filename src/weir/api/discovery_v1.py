@@ -34,7 +34,7 @@ class Endpoint(Model):
 class EndpointPort(Model):
     name: str | None = None
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: int | None = Field(default=None, ge=1, le=65535, strict=True)
     app_protocol: str | None = None
 
 

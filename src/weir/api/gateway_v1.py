@@ -231,7 +231,7 @@ class HTTPBackendRef(Model):
     name: ObjectName
     namespace: Namespace | None = None
     port: PortNumber | None = None
-    weight: int = Field(default=1, ge=0, le=1_000_000)
+    weight: int = Field(default=1, ge=0, le=1_000_000, strict=True)
     filters: tuple[HTTPRouteFilter, ...] = Field(default=(), max_length=16)
 
     @model_validator(mode="after")

@@ -70,7 +70,8 @@ PreciseHostname = Annotated[
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
     ),
 ]
-PortNumber = Annotated[int, Field(ge=1, le=65535)]
+#: Integers are strict, as in the API server: ``"80"`` and ``true`` are not ports.
+PortNumber = Annotated[int, Field(ge=1, le=65535, strict=True)]
 
 
 class ObjectMeta(Model):
@@ -82,7 +83,7 @@ class ObjectMeta(Model):
 
     name: str = Field(min_length=1, max_length=253)
     namespace: str | None = None
-    generation: int = 1
+    generation: int = Field(default=1, strict=True)
     resource_version: str | None = None
     uid: str | None = None
     creation_timestamp: str | None = None

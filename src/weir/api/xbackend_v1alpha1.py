@@ -29,7 +29,7 @@ API_VERSION = f"{GROUP}/v1alpha1"
 class BackendPort(Model):
     """``spec.port``. The released schema calls the number ``port``; a newer draft ``number``."""
 
-    port: int = Field(ge=1, le=65535)
+    port: int = Field(ge=1, le=65535, strict=True)
     name: str | None = Field(default=None, max_length=63, pattern=r"^$|" + DNS1123_LABEL)
 
     @model_validator(mode="before")
