@@ -406,9 +406,7 @@ async def test_bad_clients_do_not_break_server_and_stop_closes(
 
 async def dns_query(stub: DnsStub, name: str, qtype: str, *, tcp: bool) -> DNSRecord:
     host, port = stub.address
-    raw = await asyncio.to_thread(
-        DNSRecord.question(name, qtype).send, host, port, tcp=tcp, timeout=2
-    )
+    raw = await asyncio.to_thread(DNSRecord.question(name, qtype).send, host, port, tcp=tcp, timeout=2)
     return DNSRecord.parse(raw)
 
 

@@ -37,8 +37,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         _expect(len(args) == len(value), where, f"{len(args)} items")
         return tuple(
-            _convert(a, v, f"{where}[{i}]")
-            for i, (a, v) in enumerate(zip(args, value, strict=True))
+            _convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
         )
     if origin is Literal:
         _expect(value in get_args(tp), where, f"one of {get_args(tp)}")

@@ -110,9 +110,7 @@ class CertAuthority:
     def __init__(self, *, organization: str = "weir testkit") -> None:
         self.trustme: Any = trustme.CA(organization_name=organization)
         self._cert = x509.load_pem_x509_certificate(self.trustme.cert_pem.bytes())
-        key = serialization.load_pem_private_key(
-            self.trustme.private_key_pem.bytes(), password=None
-        )
+        key = serialization.load_pem_private_key(self.trustme.private_key_pem.bytes(), password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):  # trustme's default key type
             raise TypeError(f"unexpected CA key type {type(key).__name__}")
         self._key: ec.EllipticCurvePrivateKey = key
@@ -197,9 +195,7 @@ class CertAuthority:
             .not_valid_before(now - datetime.timedelta(hours=1))
             .not_valid_after(now + valid_for)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski.value),
                 critical=False,
@@ -219,9 +215,7 @@ class CertAuthority:
                 critical=True,
             )
             .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,
             )
         )

@@ -234,9 +234,7 @@ def _listener(listener: ir.Listener) -> Any:
 def _access_log() -> Any:
     fmt = struct_pb2.Struct()
     fmt.update(ACCESS_LOG_FORMAT)
-    stdout = stream_pb2.StdoutAccessLog(
-        log_format=format_pb2.SubstitutionFormatString(json_format=fmt)
-    )
+    stdout = stream_pb2.StdoutAccessLog(log_format=format_pb2.SubstitutionFormatString(json_format=fmt))
     return accesslog_pb2.AccessLog(name="envoy.access_loggers.stdout", typed_config=_any(stdout))
 
 
@@ -278,9 +276,7 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     chosen = [_upstream_of(route.name, b, upstreams) for b in backends]
     action = out.route
     if any(upstream is None for upstream in chosen):
-        action.cluster_not_found_response_code = (
-            route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR
-        )
+        action.cluster_not_found_response_code = route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR
     if len(backends) == 1:
         upstream = chosen[0]
         action.cluster = _cluster_name(upstream)
@@ -533,9 +529,7 @@ def _sds(name: str) -> Any:
 
 
 def _socket_address(host: str, port: int) -> Any:
-    return address_pb2.Address(
-        socket_address=address_pb2.SocketAddress(address=host, port_value=port)
-    )
+    return address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=port))
 
 
 def _duration_ms(ms: int) -> Any:

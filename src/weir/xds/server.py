@@ -440,7 +440,9 @@ class AdsServer:
             sub.outcome, sub.nack = Outcome.ACKED, None
             sub.acked_version = sub.sent_version
             self._aggregate(sub.type_url, acked_version=sub.sent_version, nack=None)
-        log.debug("ACK %s version=%s from %s", short_type_name(sub.type_url), sub.sent_version, stream.node_id)
+        log.debug(
+            "ACK %s version=%s from %s", short_type_name(sub.type_url), sub.sent_version, stream.node_id
+        )
 
     def _on_nack(self, stream: _Stream, sub: _Sub, request: Any) -> None:
         assert stream.node_id is not None
