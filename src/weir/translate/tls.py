@@ -179,8 +179,8 @@ def client_certificate(
     if error is None:
         try:
             load_pem_private_key(key, password=None)
-        except (ValueError, TypeError) as exc:
-            error = f"tls.key: {exc}"
+        except (ValueError, TypeError):
+            error = "tls.key is not an unencrypted PEM private key"
     if error:
         return TlsProblem(st.R_INVALID, st.R_INVALID_CLIENT_CERTIFICATE_REF, f"{where}: {error}")
     return ir.TlsCertificate(f"client-cert/{secret_prefix}", cert.decode(), key.decode())
@@ -193,8 +193,11 @@ def _secret_text(resources: Resources, namespace: str, name: str) -> str | None:
 
 
 def _pem_certificates_error(pem: str) -> str | None:
+    """Why ``pem`` is not one or more certificates, in words that do not depend on the library version."""
+    if "-----BEGIN CERTIFICATE-----" not in pem:
+        return "no PEM block 'BEGIN CERTIFICATE' found"
     try:
-        certs = x509.load_pem_x509_certificates(pem.encode())
-    except ValueError as exc:
-        return str(exc) or "no certificate found"
-    return None if certs else "no certificate found"
+        x509.load_pem_x509_certificates(pem.encode())
+    except ValueError:
+        return "a CERTIFICATE block does not decode to an X.509 certificate"
+    return None
