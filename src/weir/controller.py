@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -271,12 +272,24 @@ class Controller:
         if result is not None and result.status is AckStatus.NACKED:
             rejection = result.message or "rejected without a message"
         envoy_up = self._envoy is not None and self._envoy.ready
+        listeners = current.translation.ir.listeners
         bound: set[tuple[str, int]] = set()
-        if accepted and envoy_up:
-            for listener in current.translation.ir.listeners:
+        if envoy_up and (accepted or rejection):
+            for listener in listeners:
                 if await listener_bound(listener.address, listener.port):
                     bound.add((listener.address, listener.port))
-        state = DataPlaneState(accepted=accepted and envoy_up, rejection=rejection, bound=frozenset(bound))
+        # Envoy names the listeners it could not add ("... listener(s) 127.0.0.1:8080: cannot bind ...").
+        named = frozenset(
+            (lst.address, lst.port)
+            for lst in listeners
+            if rejection and re.search(rf"(?<![\w.:\[]){re.escape(lst.name)}(?![\w.])", rejection)
+        )
+        state = DataPlaneState(
+            accepted=accepted and envoy_up,
+            rejection=rejection,
+            rejected_sockets=named,
+            bound=frozenset(bound),
+        )
         previously = current.state
         current.state = state
         if state.rejection and state.rejection != previously.rejection:

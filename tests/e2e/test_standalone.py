@@ -321,7 +321,10 @@ spec:
 
             cond, _ = await eventually(not_programmed, timeout=10)
             assert cond["status"] == "False"
-            assert "bind" in str(cond["message"]).lower() or "address" in str(cond["message"]).lower()
+            assert f"cannot bind '127.0.0.1:{taken}'" in str(cond["message"])
+            # The Gateway that Envoy did not reject is still programmed, and says so.
+            good = weir.status_of("Gateway", "default", "gw")
+            assert {c["type"]: c["status"] for c in good["conditions"]}["Programmed"] == "True"
             async with httpx.AsyncClient() as client:
                 assert (await client.get(weir.url("/"))).json()["upstream"] == "a"
     finally:
@@ -378,3 +381,22 @@ async def test_weir_run_status_and_sigterm_leave_nothing_behind(tmp_path: Path) 
             proc.kill()
             proc.wait()
     assert envoy_pid and not pid_alive(envoy_pid), "Envoy outlived weir"
+
+
+async def test_gateway_addresses_choose_where_listeners_bind(weir: Weir) -> None:
+    port = free_port("127.0.0.2")
+    async with RecordingUpstream("a", host="127.0.0.2", port=port):
+        text = services_manifests(weir.gateway_port, {"svc-a": ("127.0.0.2", port, 1)})
+        text = text.replace(
+            "  gatewayClassName: weir\n",
+            "  gatewayClassName: weir\n  addresses: [{type: IPAddress, value: 127.0.0.7}]\n",
+        )
+        weir.write("web.yaml", text)
+        await weir.start()
+        async with httpx.AsyncClient() as client:
+            response = await client.get(f"http://127.0.0.7:{weir.gateway_port}/")
+            assert response.status_code == 200 and response.json()["upstream"] == "a"
+            with pytest.raises(httpx.ConnectError):
+                await client.get(weir.url("/"))  # nothing listens on 127.0.0.1 for this Gateway
+        gateway = weir.status_of("Gateway", "default", "gw")
+        assert gateway["addresses"] == [{"type": "IPAddress", "value": "127.0.0.7"}]

@@ -132,3 +132,16 @@ def test_a_nack_makes_programmed_false_with_envoys_words() -> None:
     cond = next(c for c in result[GW]["conditions"] if c["type"] == "Programmed")
     assert (cond["status"], cond["reason"]) == ("False", "Invalid")
     assert "cannot bind 127.0.0.1:8080" in cond["message"]
+
+
+def test_a_nack_naming_another_listener_leaves_this_gateway_programmed() -> None:
+    state = DataPlaneState(
+        rejection="Error adding/updating listener(s) 127.0.0.1:9999: cannot bind",
+        rejected_sockets=frozenset({("127.0.0.1", 9999)}),
+        bound=frozenset({("127.0.0.1", 8080)}),
+    )
+    result = apply_data_plane({GW: gateway_status()}, sockets(), state)
+    assert programmed_of(result[GW]) == ("True", "Programmed")
+    other = ObjectKey("Gateway", "default", "other")
+    result = apply_data_plane({other: gateway_status()}, {other: {"http": (("127.0.0.1", 9999),)}}, state)
+    assert programmed_of(result[other]) == ("False", "Invalid")

@@ -67,13 +67,22 @@ class DataPlaneState:
 
     ``accepted``: Envoy ACKed every resource type of this configuration.
     ``rejection``: Envoy's message when it NACKed something (``accepted`` is
-    then False). ``bound``: the ``(address, port)`` sockets Envoy is
-    accepting connections on.
+    then False). ``rejected_sockets``: the listener sockets that message
+    names; empty when it names none, and then the rejection concerns every
+    listener. ``bound``: the ``(address, port)`` sockets Envoy is accepting
+    connections on.
     """
 
     accepted: bool = False
     rejection: str | None = None
+    rejected_sockets: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     bound: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+
+    def rejects(self, sockets: tuple[tuple[str, int], ...]) -> bool:
+        """Whether the rejection concerns a listener served on ``sockets``."""
+        if self.rejection is None:
+            return False
+        return not self.rejected_sockets or any(s in self.rejected_sockets for s in sockets)
 
 
 def apply_data_plane(
@@ -84,11 +93,15 @@ def apply_data_plane(
     """Settle every Gateway's ``Programmed`` conditions from ``state``.
 
     ``gateway_sockets`` maps a Gateway to, per listener name, the sockets
-    that listener needs. A listener is programmed when the configuration was
-    accepted and all its sockets are bound; the Gateway is programmed when
-    at least one listener is and every accepted listener is. Other objects
-    pass through unchanged. The input is not modified.
+    that listener needs. A listener is programmed when Envoy answered for the
+    configuration without rejecting that listener and all its sockets are
+    bound (Envoy applies the listeners it accepts even when it rejects
+    another one). The Gateway is programmed when every accepted listener is;
+    it is ``Invalid`` when Envoy rejected one of its listeners, or rejected
+    something it could not attribute. Other objects pass through unchanged.
+    The input is not modified.
     """
+    answered = state.accepted or state.rejection is not None
     out: dict[ObjectKey, dict[str, Any]] = dict(statuses)
     for key, sockets_by_listener in gateway_sockets.items():
         status = statuses.get(key)
@@ -96,47 +109,37 @@ def apply_data_plane(
             continue
         status = copy.deepcopy(status)
         programmed_listeners = 0
-        pending: list[str] = []
+        waiting = rejected = False
         for listener in status.get("listeners", []):
             conds = listener["conditions"]
-            accepted = _is_true(conds, ACCEPTED)
             sockets = sockets_by_listener.get(listener["name"], ())
-            if not accepted or not sockets:
+            if not _is_true(conds, ACCEPTED) or not sockets:
                 continue
             generation = _generation(conds)
             missing = [s for s in sockets if s not in state.bound]
-            if state.rejection is not None:
-                new = condition(
-                    PROGRAMMED,
-                    False,
-                    R_INVALID,
-                    f"Envoy rejected the configuration: {state.rejection}",
-                    generation,
-                )
-            elif state.accepted and not missing:
+            if state.rejects(sockets):
+                rejected = True
+                message = f"Envoy rejected the configuration: {state.rejection}"
+                new = condition(PROGRAMMED, False, R_INVALID, message, generation)
+            elif answered and not missing:
+                programmed_listeners += 1
                 new = condition(PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving this listener", generation)
             else:
+                waiting = True
                 where = ", ".join(f"{a}:{p}" for a, p in missing) or "the listener"
                 new = condition(
                     PROGRAMMED, False, R_PENDING, f"Waiting for Envoy to bind {where}", generation
                 )
             _replace(conds, new)
-            if new["status"] == "True":
-                programmed_listeners += 1
-            else:
-                pending.append(listener["name"])
         conds = status["conditions"]
         generation = _generation(conds)
-        if state.rejection is not None:
-            new = condition(
-                PROGRAMMED,
-                False,
-                R_INVALID,
+        if rejected or (state.rejection is not None and not state.rejected_sockets):
+            message = (
                 "Envoy rejected the configuration; the previous configuration keeps serving: "
-                f"{state.rejection}",
-                generation,
+                f"{state.rejection}"
             )
-        elif programmed_listeners and not pending:
+            new = condition(PROGRAMMED, False, R_INVALID, message, generation)
+        elif programmed_listeners and not waiting:
             new = condition(PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving every listener", generation)
         elif _is_true(conds, ACCEPTED):
             new = condition(PROGRAMMED, False, R_PENDING, PENDING_MESSAGE, generation)
