@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
-import textwrap
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
+from weir import DEFAULT_CONTROLLER_NAME
 from weir.controller import Controller, Options
 from weir.providers.files import FilesProvider
 from weir.testkit import DnsStub, RecordingUpstream, free_port, make_ca, server_ssl_context
@@ -31,80 +32,77 @@ from weir.translate import Settings
 API_HOST = "api.weir-demo.test"
 
 
+def _xbackend(name: str, port: int, ca_config_map: str) -> dict[str, Any]:
+    """An XBackend for the demo API, trusting the CA in ``ca_config_map``."""
+    return {
+        "apiVersion": "gateway.networking.x-k8s.io/v1alpha1",
+        "kind": "XBackend",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "type": "ExternalHostname",
+            "externalHostname": {"hostname": API_HOST},
+            "port": {"port": port},
+            "tls": {
+                "mode": "ServerOnly",
+                "validation": {
+                    "hostname": API_HOST,
+                    "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": ca_config_map}],
+                },
+            },
+        },
+    }
+
+
+def _ca_config_map(name: str, pem: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"ca.crt": pem},
+    }
+
+
+def _route_rule(prefix: str, xbackend: str) -> dict[str, Any]:
+    return {
+        "matches": [{"path": {"type": "PathPrefix", "value": prefix}}],
+        "backendRefs": [{"group": "gateway.networking.x-k8s.io", "kind": "XBackend", "name": xbackend}],
+    }
+
+
 def _manifests(gateway_port: int, api_port: int, ca_pem: str, wrong_ca_pem: str) -> str:
-    indent = " " * 4
-    return (
-        textwrap.dedent(
-            f"""\
-        apiVersion: gateway.networking.k8s.io/v1
-        kind: GatewayClass
-        metadata: {{name: weir}}
-        spec: {{controllerName: weir.dev/gateway-controller}}
-        ---
-        apiVersion: gateway.networking.k8s.io/v1
-        kind: Gateway
-        metadata: {{name: egress, namespace: default}}
-        spec:
-          gatewayClassName: weir
-          listeners: [{{name: http, port: {gateway_port}, protocol: HTTP}}]
-        ---
-        apiVersion: gateway.networking.k8s.io/v1
-        kind: HTTPRoute
-        metadata: {{name: demo-api, namespace: default}}
-        spec:
-          parentRefs: [{{name: egress}}]
-          rules:
-          - matches: [{{path: {{type: PathPrefix, value: /api}}}}]
-            backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: demo-api}}]
-          - matches: [{{path: {{type: PathPrefix, value: /impostor}}}}]
-            backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: wrong-ca}}]
-        ---
-        apiVersion: gateway.networking.x-k8s.io/v1alpha1
-        kind: XBackend
-        metadata: {{name: demo-api, namespace: default}}
-        spec:
-          type: ExternalHostname
-          externalHostname: {{hostname: {API_HOST}}}
-          port: {{port: {api_port}}}
-          tls:
-            mode: ServerOnly
-            validation:
-              hostname: {API_HOST}
-              caCertificateRefs: [{{group: "", kind: ConfigMap, name: demo-ca}}]
-        ---
-        apiVersion: gateway.networking.x-k8s.io/v1alpha1
-        kind: XBackend
-        metadata: {{name: wrong-ca, namespace: default}}
-        spec:
-          type: ExternalHostname
-          externalHostname: {{hostname: {API_HOST}}}
-          port: {{port: {api_port}}}
-          tls:
-            mode: ServerOnly
-            validation:
-              hostname: {API_HOST}
-              caCertificateRefs: [{{group: "", kind: ConfigMap, name: unrelated-ca}}]
-        ---
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {{name: demo-ca, namespace: default}}
-        data:
-          ca.crt: |
-        """
-        )
-        + textwrap.indent(ca_pem, indent)
-        + textwrap.dedent(
-            """\
-        ---
-        apiVersion: v1
-        kind: ConfigMap
-        metadata: {name: unrelated-ca, namespace: default}
-        data:
-          ca.crt: |
-        """
-        )
-        + textwrap.indent(wrong_ca_pem, indent)
-    )
+    """The demo's Gateway API objects as multi-document YAML (what a user would write)."""
+    gateway_api = "gateway.networking.k8s.io/v1"
+    documents: list[dict[str, Any]] = [
+        {
+            "apiVersion": gateway_api,
+            "kind": "GatewayClass",
+            "metadata": {"name": "weir"},
+            "spec": {"controllerName": DEFAULT_CONTROLLER_NAME},
+        },
+        {
+            "apiVersion": gateway_api,
+            "kind": "Gateway",
+            "metadata": {"name": "egress", "namespace": "default"},
+            "spec": {
+                "gatewayClassName": "weir",
+                "listeners": [{"name": "http", "port": gateway_port, "protocol": "HTTP"}],
+            },
+        },
+        {
+            "apiVersion": gateway_api,
+            "kind": "HTTPRoute",
+            "metadata": {"name": "demo-api", "namespace": "default"},
+            "spec": {
+                "parentRefs": [{"name": "egress"}],
+                "rules": [_route_rule("/api", "demo-api"), _route_rule("/impostor", "wrong-ca")],
+            },
+        },
+        _xbackend("demo-api", api_port, "demo-ca"),
+        _xbackend("wrong-ca", api_port, "unrelated-ca"),
+        _ca_config_map("demo-ca", ca_pem),
+        _ca_config_map("unrelated-ca", wrong_ca_pem),
+    ]
+    return yaml.safe_dump_all(documents, sort_keys=False)
 
 
 def _get(url: str) -> tuple[int, str]:
