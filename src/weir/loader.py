@@ -20,31 +20,28 @@ and skipped, the others load.
 The lower-level :func:`parse_text` returns a :class:`FileResult` that keeps,
 per document, the object's key even when the object is invalid; the files
 provider uses it to keep serving an object's last valid version.
+
+Reading the YAML itself (Kubernetes' typing rules, line numbers) is
+:mod:`weir.yamlsource`; wording validation errors is :mod:`weir.api.errors`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
-import re
-import types
-import typing
-from collections import abc
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
-from yaml.constructor import ConstructorError, SafeConstructor
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from yaml.resolver import Resolver
+from pydantic import ValidationError
+from yaml.nodes import SequenceNode
 
+from weir import yamlsource
 from weir.api import registry
+from weir.api.errors import api_errors, show_value
 from weir.api.meta import KubeObject, ObjectKey
 
 __all__ = [
@@ -173,251 +170,7 @@ class LoadReport:
         return not any(p.severity == "error" for p in self.problems)
 
 
-# ------------------------------------------------------------------ YAML
-
-
-_STR = "tag:yaml.org,2002:str"
-_MAP = "tag:yaml.org,2002:map"
-_SEQ = "tag:yaml.org,2002:seq"
-_INT = "tag:yaml.org,2002:int"
-_FLOAT = "tag:yaml.org,2002:float"
-_BOOL = "tag:yaml.org,2002:bool"
-_NULL = "tag:yaml.org,2002:null"
-_TIMESTAMP = "tag:yaml.org,2002:timestamp"
-_MERGE = "tag:yaml.org,2002:merge"
-_RESOLVED: dict[str, str] = {}  # plain scalar → tag; most scalars repeat ("name", "port")
-
-
-class _Resolver(Resolver):
-    """The YAML 1.1 implicit tags (as Kubernetes' YAML reader), with a cache, no path resolvers."""
-
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        pass
-
-    def ascend_resolver(self) -> None:
-        pass
-
-    def resolve(self, kind: type[Node], value: Any, implicit: tuple[bool, bool]) -> str:
-        if kind is ScalarNode:
-            if not implicit[0]:
-                return _STR
-            tag = _RESOLVED.get(value)
-            if tag is None:
-                tag = super().resolve(kind, value, (True, False))  # type: ignore[no-untyped-call]
-                if len(_RESOLVED) > 50_000:
-                    _RESOLVED.clear()
-                _RESOLVED[value] = tag
-            return tag
-        return _SEQ if kind is SequenceNode else _MAP
-
-
-class _Constructor:
-    """Nodes → plain data, as Kubernetes reads YAML.
-
-    Safe tags only; timestamps stay strings (Kubernetes has no date type);
-    a mapping key written twice is an error (``kubectl`` rejects it too);
-    merge keys (``<<``) and aliases work; recursive aliases do not.
-    """
-
-    def __init__(self) -> None:
-        self._safe = SafeConstructor()
-        self._memo: dict[int, Any] = {}
-        self._busy: set[int] = set()
-
-    def construct(self, node: Node) -> Any:
-        self._memo.clear()
-        return self._node(node)
-
-    def _node(self, node: Node) -> Any:
-        if isinstance(node, ScalarNode):
-            return self._scalar(node)
-        ident = id(node)
-        if ident in self._memo:
-            return self._memo[ident]
-        if ident in self._busy:
-            raise ConstructorError(None, None, "found a recursive alias", node.start_mark)
-        self._busy.add(ident)
-        try:
-            if isinstance(node, MappingNode) and node.tag == _MAP:
-                value: Any = self._mapping(node)
-            elif isinstance(node, SequenceNode) and node.tag == _SEQ:
-                value = [self._node(child) for child in node.value]
-            else:  # !!omap, !!set, ... or an unknown tag (which raises)
-                value = self._safe.construct_object(node, deep=True)
-        finally:
-            self._busy.discard(ident)
-        self._memo[ident] = value
-        return value
-
-    def _scalar(self, node: ScalarNode) -> Any:
-        tag = node.tag
-        if tag in (_STR, _TIMESTAMP):
-            return node.value
-        if tag == _NULL:
-            return None
-        if tag == _BOOL:
-            return self._safe.bool_values[node.value.lower()]
-        if tag == _INT:
-            return self._safe.construct_yaml_int(node)
-        if tag == _FLOAT:
-            return self._safe.construct_yaml_float(node)
-        return self._safe.construct_object(node, deep=True)
-
-    def _mapping(self, node: MappingNode) -> dict[Any, Any]:
-        result: dict[Any, Any] = {}
-        keys: dict[Any, Node] = {}
-        merges: list[Node] = []
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE:
-                merges.append(value_node)
-                continue
-            key = self._node(key_node)
-            try:
-                first = keys.setdefault(key, key_node)
-            except TypeError:
-                raise ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    "found an unhashable key",
-                    key_node.start_mark,
-                ) from None
-            if first is not key_node:
-                raise ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"mapping key {json.dumps(str(key))} already defined at line {first.start_mark.line + 1}",
-                    key_node.start_mark,
-                )
-            result[key] = self._node(value_node)
-        if not merges:
-            return result
-        merged: dict[Any, Any] = {}
-        sources: list[Node] = []
-        for merge in merges:
-            sources.extend(merge.value if isinstance(merge, SequenceNode) else [merge])
-        for source in reversed(sources):  # the first source named wins
-            value = self._node(source)
-            if not isinstance(value, dict):
-                raise ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    "expected a mapping (or a list of mappings) to merge",
-                    source.start_mark,
-                )
-            merged.update(value)
-        merged.update(result)
-        return merged
-
-
-_Parser: Any
-try:
-    from yaml.cyaml import CParser as _Parser  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - libyaml is present wherever weir is built
-    _Parser = None
-
-
-if _Parser is not None:
-
-    class _Composer(_Parser, _Resolver):  # type: ignore[misc]
-        """libyaml's parser and composer (nodes keep their start marks), our resolver."""
-
-        def __init__(self, stream: str) -> None:
-            _Parser.__init__(self, stream)
-            _Resolver.__init__(self)
-
-else:  # pragma: no cover
-
-    class _Composer(  # type: ignore[no-redef]
-        yaml.reader.Reader,
-        yaml.scanner.Scanner,
-        yaml.parser.Parser,
-        yaml.composer.Composer,
-        _Resolver,
-    ):
-        def __init__(self, stream: str) -> None:
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
-            yaml.composer.Composer.__init__(self)
-            _Resolver.__init__(self)
-
-        def dispose(self) -> None:
-            pass
-
-
-def _yaml_problem(file: str, err: yaml.YAMLError) -> Problem:
-    if isinstance(err, yaml.MarkedYAMLError):
-        mark = err.problem_mark or err.context_mark
-        message = f"invalid YAML: {err.problem or err.context or 'syntax error'}"
-        if err.context and err.problem:
-            where = f" started on line {err.context_mark.line + 1}" if err.context_mark else ""
-            message += f" ({err.context}{where})"
-        return Problem("error", file, mark.line + 1 if mark else None, None, None, message)
-    return Problem("error", file, None, None, None, f"invalid YAML: {err}")
-
-
-def _compose(text: str) -> list[tuple[Node, Any]]:
-    """Every non-empty document of ``text`` as (node, data). Raises :class:`yaml.YAMLError`."""
-    composer = _Composer(text)
-    constructor = _Constructor()
-    out: list[tuple[Node, Any]] = []
-    try:
-        while composer.check_node():
-            node = composer.get_node()
-            if node is None:
-                continue
-            data = constructor.construct(node)
-            if data is not None:
-                out.append((node, data))
-    finally:
-        composer.dispose()
-    return out
-
-
-def _mapping_value(node: Node, key: str) -> Node | None:
-    if isinstance(node, MappingNode):
-        for key_node, value_node in node.value:
-            if isinstance(key_node, ScalarNode) and key_node.value == key:
-                result: Node = value_node
-                return result
-    return None
-
-
 # ------------------------------------------------------------------ parsing
-
-
-_JSON_TYPES: tuple[tuple[type, str], ...] = (
-    (bool, "boolean"),
-    (int, "integer"),
-    (float, "number"),
-    (str, "string"),
-    (dict, "object"),
-    (list, "array"),
-    (tuple, "array"),
-)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    for typ, name in _JSON_TYPES:
-        if isinstance(value, typ):
-            return name
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    """A value as the API server shows it in ``Invalid value: ...``."""
-    if isinstance(value, dict):
-        return '"object"'
-    if isinstance(value, list | tuple):
-        return '"array"'
-    if isinstance(value, str) and len(value) > 100:
-        value = value[:100] + "..."
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return json.dumps(str(value), ensure_ascii=False)
 
 
 def _label(kind: str, namespace: str, name: str) -> str:
@@ -427,9 +180,10 @@ def _label(kind: str, namespace: str, name: str) -> str:
 def parse_text(text: str, file: str) -> FileResult:
     """Parse and validate every object in ``text`` (one file) without cross-file checks."""
     try:
-        composed = _compose(text)
+        composed = yamlsource.compose(text)
     except yaml.YAMLError as err:
-        return FileResult(file, (), _yaml_problem(file, err))
+        line, message = yamlsource.describe_error(err)
+        return FileResult(file, (), Problem("error", file, line, None, None, message))
     except RecursionError:
         problem = Problem("error", file, None, None, None, "invalid YAML: nested too deeply")
         return FileResult(file, (), problem)
@@ -437,7 +191,7 @@ def parse_text(text: str, file: str) -> FileResult:
     for node, data in composed:
         line = node.start_mark.line + 1
         if isinstance(data, dict) and isinstance(data.get("items"), list) and _is_list_kind(data):
-            items_node = _mapping_value(node, "items")
+            items_node = yamlsource.mapping_value(node, "items")
             item_nodes = items_node.value if isinstance(items_node, SequenceNode) else []
             default_api = data.get("apiVersion")
             kind = data.get("kind")
@@ -483,7 +237,7 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
                     line,
                     None,
                     None,
-                    f"Invalid value: {_show(data)}: a manifest must be an object "
+                    f"Invalid value: {show_value(data)}: a manifest must be an object "
                     "with apiVersion, kind and metadata.name",
                 ),
             ),
@@ -505,15 +259,15 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
             identity.append((path, "Required value"))
         elif not isinstance(value, expected):
             want = "string" if expected is str else "object"
-            identity.append((path, f"Invalid value: {_show(value)}: must be of type {want}"))
+            identity.append((path, f"Invalid value: {show_value(value)}: must be of type {want}"))
     if isinstance(metadata, dict):
         if name is None or name == "":
             identity.append(("metadata.name", "Required value"))
         elif not isinstance(name, str):
-            identity.append(("metadata.name", f"Invalid value: {_show(name)}: must be of type string"))
+            identity.append(("metadata.name", f"Invalid value: {show_value(name)}: must be of type string"))
         if namespace is not None and not isinstance(namespace, str):
             identity.append(
-                ("metadata.namespace", f"Invalid value: {_show(namespace)}: must be of type string")
+                ("metadata.namespace", f"Invalid value: {show_value(namespace)}: must be of type string")
             )
     if identity:
         label = None
@@ -552,237 +306,10 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
         obj = model.model_validate(data)
     except ValidationError as err:
         problems = tuple(
-            Problem("error", file, line, label, path, message)
-            for path, message in _translate_errors(model, err)
+            Problem("error", file, line, label, path, message) for path, message in api_errors(model, err)
         )
         return Document(line, key, None, problems, label=label)
     return Document(line, key, Loaded(obj, file, line), label=label)
-
-
-# ------------------------------------------------------------------ pydantic errors → API words
-
-
-_LENGTH_ERRORS = frozenset({"too_short", "too_long"})
-_TYPE_NAMES = {
-    "string_type": "string",
-    "string_unicode": "string",
-    "int_type": "integer",
-    "int_parsing": "integer",
-    "int_from_float": "integer",
-    "int_parsing_size": "integer",
-    "float_type": "number",
-    "float_parsing": "number",
-    "bool_type": "boolean",
-    "bool_parsing": "boolean",
-    "dict_type": "object",
-    "model_type": "object",
-    "model_attributes_type": "object",
-    "dataclass_type": "object",
-    "list_type": "array",
-    "tuple_type": "array",
-    "set_type": "array",
-    "frozen_set_type": "array",
-}
-_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
-
-
-@dataclass(frozen=True, slots=True)
-class _Located:
-    path: str
-    loc: tuple[int | str, ...]
-    via_union: bool
-    is_field: bool  # the last step named a model field (not a list item or a map value)
-
-
-def _strip(tp: Any) -> Any:
-    """``Annotated[X, ...]`` → X; ``X | None`` → X."""
-    while True:
-        origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            tp = typing.get_args(tp)[0]
-            continue
-        if origin is typing.Union or origin is types.UnionType:
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            if len(args) == 1:
-                tp = args[0]
-                continue
-        return tp
-
-
-def _is_model(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
-
-
-@cache
-def _fields_by_alias(model: type[BaseModel]) -> dict[str, Any]:
-    return {(info.alias or name): info.annotation for name, info in model.model_fields.items()}
-
-
-def _union_members(tp: Any) -> list[Any]:
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return [_strip(a) for a in typing.get_args(tp) if a is not type(None)]
-    return []
-
-
-def _tag_of(tp: Any) -> str:
-    tp = _strip(tp)
-    if typing.get_origin(tp) is Literal:
-        return "literal[" + ",".join(repr(a) for a in typing.get_args(tp)) + "]"
-    return getattr(tp, "__name__", repr(tp))
-
-
-def _locate(model: type[BaseModel], loc: tuple[int | str, ...]) -> _Located:
-    """Render pydantic's ``loc`` as a Kubernetes field path, walking the model's types."""
-    out: list[str] = []
-    tp: Any = model
-    via_union = False
-    is_field = False
-    for part in loc:
-        tp = _strip(tp)
-        members = _union_members(tp)
-        if members and isinstance(part, str):
-            owner = next((m for m in members if _is_model(m) and part in _fields_by_alias(m)), None)
-            if owner is None:
-                # A union member tag ('int', 'str', 'LabelSelector', ...): not part of the path.
-                via_union = True
-                tp = next((m for m in members if _tag_of(m) == part), Any)
-                continue
-            tp = owner
-        if isinstance(part, int):
-            out.append(f"[{part}]")
-            args = typing.get_args(tp)
-            if typing.get_origin(tp) is tuple and args and (len(args) != 2 or args[1] is not ...):
-                tp = args[part] if part < len(args) else Any
-            else:
-                tp = args[0] if args else Any
-            is_field = False
-            continue
-        origin = typing.get_origin(tp)
-        if _is_model(tp):
-            fields = _fields_by_alias(tp)
-            if part in fields:
-                out.append(f".{part}")
-                tp = fields[part]
-                is_field = True
-                continue
-            if part.startswith("function-") or "[" in part:
-                continue  # a validator's name, not a field
-            out.append(f".{part}")
-            tp = Any
-            is_field = True
-            continue
-        if origin is dict or tp is dict or origin is abc.Mapping:
-            args = typing.get_args(tp)
-            out.append(f"[{part}]")
-            tp = args[1] if len(args) == 2 else Any
-            is_field = False
-            continue
-        if part == "[key]":
-            continue
-        out.append(f".{part}")
-        tp = Any
-        is_field = True
-    path = "".join(out)
-    return _Located(path[1:] if path.startswith(".") else path, loc, via_union, is_field)
-
-
-def _message(err: Any, located: _Located) -> str:
-    kind: str = err["type"]
-    ctx: dict[str, Any] = err.get("ctx") or {}
-    value = err.get("input")
-    if kind == "missing":
-        return "Required value"
-    if kind in ("literal_error", "enum"):
-        expected = _QUOTED.findall(str(ctx.get("expected", "")))
-        supported = ", ".join(json.dumps(e) for e in expected)
-        return f"Unsupported value: {_show(value)}: supported values: {supported}"
-    if kind == "greater_than_equal":
-        return f"Invalid value: {_show(value)}: should be greater than or equal to {ctx.get('ge')}"
-    if kind == "greater_than":
-        return f"Invalid value: {_show(value)}: should be greater than {ctx.get('gt')}"
-    if kind == "less_than_equal":
-        return f"Invalid value: {_show(value)}: should be less than or equal to {ctx.get('le')}"
-    if kind == "less_than":
-        return f"Invalid value: {_show(value)}: should be less than {ctx.get('lt')}"
-    if kind == "multiple_of":
-        return f"Invalid value: {_show(value)}: should be a multiple of {ctx.get('multiple_of')}"
-    if kind == "string_pattern_mismatch":
-        return f"Invalid value: {_show(value)}: should match '{ctx.get('pattern')}'"
-    if kind == "string_too_long":
-        return f"Too long: may not be longer than {ctx.get('max_length')}"
-    if kind == "string_too_short":
-        return f"Invalid value: {_show(value)}: should be at least {ctx.get('min_length')} chars long"
-    if kind == "too_long":
-        shown = ctx.get("actual_length")
-        if shown is None and isinstance(value, list | tuple):
-            shown = len(value)
-        return f"Too many: {shown}: must have at most {ctx.get('max_length')} items"
-    if kind == "too_short":
-        shown = len(value) if isinstance(value, list | tuple | dict) else ctx.get("actual_length")
-        return f"Invalid value: {shown}: should have at least {ctx.get('min_length')} items"
-    if kind in _TYPE_NAMES:
-        if value is None and located.is_field:
-            return "Required value"
-        return f"Invalid value: {_show(_json_type(value))}: must be of type {_TYPE_NAMES[kind]}"
-    if kind in ("value_error", "assertion_error"):
-        error = ctx.get("error")
-        text = str(error) if error is not None else str(err.get("msg", ""))
-        return f"Invalid value: {_show(value)}: {text}"
-    if kind == "extra_forbidden":
-        return "Forbidden: unknown field (check the spelling)"
-    return f"Invalid value: {_show(value)}: {err.get('msg', kind)}"
-
-
-def _translate_errors(model: type[BaseModel], err: ValidationError) -> list[tuple[str, str]]:
-    raw = err.errors(include_url=False)
-    located = [_locate(model, tuple(e["loc"])) for e in raw]
-    locs = [loc.loc for loc in located]
-    out: list[tuple[str, str]] = []
-    union_groups: dict[str, list[tuple[Any, _Located]]] = {}
-    for e, where in zip(raw, located, strict=True):
-        if e["type"] in _LENGTH_ERRORS and any(
-            len(other) > len(where.loc) and other[: len(where.loc)] == where.loc for other in locs
-        ):
-            continue  # derived: the list is short/long only because its items failed
-        if where.via_union:
-            group = union_groups.setdefault(where.path, [])
-            if group:
-                group.append((e, where))
-                continue
-            group.append((e, where))
-            out.append((where.path, "\0union"))
-            continue
-        out.append((where.path, _message(e, where)))
-    result: list[tuple[str, str]] = []
-    seen: set[tuple[str, str]] = set()
-    for path, message in out:
-        if message == "\0union":
-            message = _union_message(union_groups[path])
-        if (path, message) not in seen:
-            seen.add((path, message))
-            result.append((path, message))
-    return result
-
-
-def _union_message(group: list[tuple[Any, _Located]]) -> str:
-    """One message for the branches of a union that all failed (``int | str``)."""
-    if all(e["type"] in _TYPE_NAMES for e, _ in group):
-        first, where = group[0]
-        if first.get("input") is None and where.is_field:
-            return "Required value"
-        types_ = []
-        for e, _ in group:
-            name = _TYPE_NAMES[e["type"]]
-            if name not in types_:
-                types_.append(name)
-        shown = _show(_json_type(first.get("input")))
-        return f"Invalid value: {shown}: must be of type {' or '.join(types_)}"
-    # Report the branch that got furthest (not a plain type mismatch).
-    for e, where in group:
-        if e["type"] not in _TYPE_NAMES:
-            return _message(e, where)
-    return _message(*group[0])
 
 
 # ------------------------------------------------------------------ assembling a load

@@ -1,0 +1,234 @@
+"""Reading YAML the way Kubernetes reads it, keeping node positions.
+
+:func:`compose` turns a (multi-document) YAML or JSON text into one
+``(node, data)`` pair per non-empty document: ``data`` is plain Python data
+(dicts, lists, scalars) and ``node`` the composed YAML node, whose start marks
+give line numbers (:func:`mapping_value` finds a child node by key).
+
+Only safe tags are read, with YAML 1.1 implicit typing; timestamps stay
+strings; a mapping key written twice is an error; merge keys (``<<``) and
+aliases work, recursive aliases do not. Bad input raises
+:class:`yaml.YAMLError`, which :func:`describe_error` words with its line
+(input nested too deeply raises :class:`RecursionError`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
+
+__all__ = ["compose", "describe_error", "mapping_value"]
+
+
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_MERGE = "tag:yaml.org,2002:merge"
+_RESOLVED: dict[str, str] = {}  # plain scalar → tag; most scalars repeat ("name", "port")
+
+
+class _Resolver(Resolver):
+    """The YAML 1.1 implicit tags (as Kubernetes' YAML reader), with a cache, no path resolvers."""
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
+
+    def resolve(self, kind: type[Node], value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is ScalarNode:
+            if not implicit[0]:
+                return _STR
+            tag = _RESOLVED.get(value)
+            if tag is None:
+                tag = super().resolve(kind, value, (True, False))  # type: ignore[no-untyped-call]
+                if len(_RESOLVED) > 50_000:
+                    _RESOLVED.clear()
+                _RESOLVED[value] = tag
+            return tag
+        return _SEQ if kind is SequenceNode else _MAP
+
+
+class _Constructor:
+    """Nodes → plain data, as Kubernetes reads YAML.
+
+    Safe tags only; timestamps stay strings (Kubernetes has no date type);
+    a mapping key written twice is an error (``kubectl`` rejects it too);
+    merge keys (``<<``) and aliases work; recursive aliases do not.
+    """
+
+    def __init__(self) -> None:
+        self._safe = SafeConstructor()
+        self._memo: dict[int, Any] = {}
+        self._busy: set[int] = set()
+
+    def construct(self, node: Node) -> Any:
+        self._memo.clear()
+        return self._node(node)
+
+    def _node(self, node: Node) -> Any:
+        if isinstance(node, ScalarNode):
+            return self._scalar(node)
+        ident = id(node)
+        if ident in self._memo:
+            return self._memo[ident]
+        if ident in self._busy:
+            raise ConstructorError(None, None, "found a recursive alias", node.start_mark)
+        self._busy.add(ident)
+        try:
+            if isinstance(node, MappingNode) and node.tag == _MAP:
+                value: Any = self._mapping(node)
+            elif isinstance(node, SequenceNode) and node.tag == _SEQ:
+                value = [self._node(child) for child in node.value]
+            else:  # !!omap, !!set, ... or an unknown tag (which raises)
+                value = self._safe.construct_object(node, deep=True)
+        finally:
+            self._busy.discard(ident)
+        self._memo[ident] = value
+        return value
+
+    def _scalar(self, node: ScalarNode) -> Any:
+        tag = node.tag
+        if tag in (_STR, _TIMESTAMP):
+            return node.value
+        if tag == _NULL:
+            return None
+        if tag == _BOOL:
+            return self._safe.bool_values[node.value.lower()]
+        if tag == _INT:
+            return self._safe.construct_yaml_int(node)
+        if tag == _FLOAT:
+            return self._safe.construct_yaml_float(node)
+        return self._safe.construct_object(node, deep=True)
+
+    def _mapping(self, node: MappingNode) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        keys: dict[Any, Node] = {}
+        merges: list[Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                merges.append(value_node)
+                continue
+            key = self._node(key_node)
+            try:
+                first = keys.setdefault(key, key_node)
+            except TypeError:
+                raise ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "found an unhashable key",
+                    key_node.start_mark,
+                ) from None
+            if first is not key_node:
+                raise ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"mapping key {json.dumps(str(key))} already defined at line {first.start_mark.line + 1}",
+                    key_node.start_mark,
+                )
+            result[key] = self._node(value_node)
+        if not merges:
+            return result
+        merged: dict[Any, Any] = {}
+        sources: list[Node] = []
+        for merge in merges:
+            sources.extend(merge.value if isinstance(merge, SequenceNode) else [merge])
+        for source in reversed(sources):  # the first source named wins
+            value = self._node(source)
+            if not isinstance(value, dict):
+                raise ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "expected a mapping (or a list of mappings) to merge",
+                    source.start_mark,
+                )
+            merged.update(value)
+        merged.update(result)
+        return merged
+
+
+_Parser: Any
+try:
+    from yaml.cyaml import CParser as _Parser  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - libyaml is present wherever weir is built
+    _Parser = None
+
+
+if _Parser is not None:
+
+    class _Composer(_Parser, _Resolver):  # type: ignore[misc]
+        """libyaml's parser and composer (nodes keep their start marks), our resolver."""
+
+        def __init__(self, stream: str) -> None:
+            _Parser.__init__(self, stream)
+            _Resolver.__init__(self)
+
+else:  # pragma: no cover
+
+    class _Composer(  # type: ignore[no-redef]
+        yaml.reader.Reader,
+        yaml.scanner.Scanner,
+        yaml.parser.Parser,
+        yaml.composer.Composer,
+        _Resolver,
+    ):
+        def __init__(self, stream: str) -> None:
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+            yaml.composer.Composer.__init__(self)
+            _Resolver.__init__(self)
+
+        def dispose(self) -> None:
+            pass
+
+
+def describe_error(err: yaml.YAMLError) -> tuple[int | None, str]:
+    """A YAML error as (1-based line, or ``None`` when unknown; message starting ``invalid YAML:``)."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        message = f"invalid YAML: {err.problem or err.context or 'syntax error'}"
+        if err.context and err.problem:
+            where = f" started on line {err.context_mark.line + 1}" if err.context_mark else ""
+            message += f" ({err.context}{where})"
+        return (mark.line + 1 if mark else None), message
+    return None, f"invalid YAML: {err}"
+
+
+def compose(text: str) -> list[tuple[Node, Any]]:
+    """Every non-empty document of ``text`` as (node, data). Raises :class:`yaml.YAMLError`."""
+    composer = _Composer(text)
+    constructor = _Constructor()
+    out: list[tuple[Node, Any]] = []
+    try:
+        while composer.check_node():
+            node = composer.get_node()
+            if node is None:
+                continue
+            data = constructor.construct(node)
+            if data is not None:
+                out.append((node, data))
+    finally:
+        composer.dispose()
+    return out
+
+
+def mapping_value(node: Node, key: str) -> Node | None:
+    """The value node of ``key`` in a mapping node; ``None`` if absent or ``node`` is not a mapping."""
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, ScalarNode) and key_node.value == key:
+                result: Node = value_node
+                return result
+    return None
