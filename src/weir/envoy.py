@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h11
+
 from weir.bootstrap import bootstrap, write_bootstrap
 
 __all__ = [
@@ -126,23 +128,35 @@ async def listener_bound(address: str, port: int, timeout: float = 0.5) -> bool:
 
 
 async def _http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, str]:
-    """A minimal HTTP/1.1 GET (the runtime does not depend on an HTTP client)."""
+    """GET over HTTP/1.1 with ``h11``, which decodes chunked bodies (Envoy's admin sends them)."""
+    conn = h11.Connection(h11.CLIENT)
+    status = 0
+    body = bytearray()
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_connection(host, port)
         try:
-            request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-            writer.write(request.encode("ascii"))
+            request = h11.Request(
+                method="GET", target=path, headers=[("host", host), ("connection", "close")]
+            )
+            writer.write(conn.send(request) + conn.send(h11.EndOfMessage()))
             await writer.drain()
-            data = await reader.read()
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                    break
+        except h11.ProtocolError as exc:
+            raise OSError(f"malformed HTTP response from {host}:{port}: {exc}") from None
         finally:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0].split()
-    if len(status_line) < 2 or not status_line[1].isdigit():
-        raise OSError(f"malformed HTTP response from {host}:{port}")
-    return int(status_line[1]), body.decode("utf-8", "replace")
+    return status, body.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------

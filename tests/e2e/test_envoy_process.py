@@ -8,6 +8,7 @@ only. Timings are printed (run with ``-s`` to see them).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -472,3 +473,13 @@ async def test_envoy_dies_with_its_parent(unix_socket_path: str, short_tmp: Path
             parent.wait()
         if envoy_pid is not None and alive(envoy_pid):
             os.kill(envoy_pid, signal.SIGKILL)
+
+
+async def test_admin_get_decodes_chunked_replies(envoy: Supervised) -> None:
+    """Envoy's admin sends large replies chunked; ``admin_get`` must return the decoded body."""
+    status, body = await envoy.process.admin_get("/config_dump")
+    assert status == 200
+    dump = json.loads(body)
+    assert "configs" in dump
+    status, body = await envoy.process.admin_get("/ready")
+    assert (status, body.strip()) == (200, "LIVE")
