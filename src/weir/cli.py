@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import subprocess
@@ -14,10 +15,13 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from weir import DEFAULT_CONTROLLER_NAME, __version__, ir
+from weir.api.meta import Hostname
 from weir.loader import LoadReport, load_paths
 from weir.resources import Resources
 from weir.translate import Settings, translate
@@ -38,6 +42,23 @@ Paths = Annotated[
     typer.Option("--file", "-f", help="A YAML file or a folder of them (recursive). Repeatable."),
 ]
 ControllerName = Annotated[str, typer.Option(help="GatewayClasses with this controllerName are weir's.")]
+EgressDeniedCidrs = Annotated[
+    str | None,
+    typer.Option(
+        metavar="CIDR[,CIDR...]",
+        help="Networks external hostnames must not resolve into, for every GatewayClass (replaces "
+        "GatewayClassConfig spec.egress.deniedCIDRs and the default: loopback, private, link-local...). "
+        "An empty value denies nothing.",
+    ),
+]
+EgressAllowedHostnames = Annotated[
+    str | None,
+    typer.Option(
+        metavar="PATTERN[,PATTERN...]",
+        help="Hostnames XBackends may name (api.example.com, *.example.com), for every GatewayClass "
+        "(replaces GatewayClassConfig spec.egress.allowedHostnames). An empty value allows any.",
+    ),
+]
 DEFAULT_ADMIN = "127.0.0.1:9900"
 
 
@@ -63,16 +84,63 @@ def _host_port(value: str, what: str) -> tuple[str, int]:
 def _print_problems(report: LoadReport) -> None:
     for problem in report.problems:
         style = "red" if problem.severity == "error" else "yellow"
-        err.print(f"[{style}]{problem.severity}[/{style}]: {problem}", highlight=False, soft_wrap=True)
+        text = escape(str(problem))  # patterns like [a-z0-9] are not Rich markup
+        err.print(f"[{style}]{problem.severity}[/{style}]: {text}", highlight=False, soft_wrap=True)
 
 
-def _settings(controller_name: str, bind_address: str, dns_resolver: list[str], trust: str) -> Settings:
+def _settings(
+    controller_name: str,
+    bind_address: str,
+    dns_resolver: list[str],
+    trust: str,
+    *,
+    denied_cidrs: str | None = None,
+    allowed_hostnames: str | None = None,
+) -> Settings:
     return Settings(
         controller_name=controller_name,
         bind_address=bind_address,
         dns_resolvers=tuple(_host_port(r, "--dns-resolver") for r in dns_resolver),
         system_trust_file=trust,
+        egress_denied_cidrs=_cidrs(denied_cidrs),
+        egress_allowed_hostnames=_hostname_patterns(allowed_hostnames),
     )
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    """``None`` when the option is absent; otherwise its comma-separated items (``()`` for "")."""
+    if value is None:
+        return None
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def _cidrs(value: str | None) -> tuple[str, ...] | None:
+    items = _csv(value)
+    for item in items or ():
+        try:
+            ipaddress.ip_network(item)
+        except ValueError:
+            try:
+                hint = f"; did you mean {ipaddress.ip_network(item, strict=False)}?"
+            except ValueError:
+                hint = ""
+            raise typer.BadParameter(
+                f"--egress-denied-cidrs: {item!r} is not a network like 10.0.0.0/8 or fc00::/7{hint}"
+            ) from None
+    return items
+
+
+def _hostname_patterns(value: str | None) -> tuple[str, ...] | None:
+    items = _csv(value)
+    for item in items or ():
+        try:
+            TypeAdapter(Hostname).validate_python(item)
+        except ValidationError:
+            raise typer.BadParameter(
+                f"--egress-allowed-hostnames: {item!r} is not a hostname like api.example.com "
+                "or *.example.com (lower case)"
+            ) from None
+    return items
 
 
 @app.command()
@@ -95,6 +163,8 @@ def run(
         str, typer.Option(help="CA bundle for wellKnownCACertificates: System.")
     ] = DEFAULT_SYSTEM_TRUST_FILE,
     log_level: Annotated[str, typer.Option(help="weir's log level.")] = "info",
+    egress_denied_cidrs: EgressDeniedCidrs = None,
+    egress_allowed_hostnames: EgressAllowedHostnames = None,
 ) -> None:
     """Serve Gateway API manifests from files and folders, reloading them when they change."""
     from weir.controller import Controller, Options, run_until_signalled
@@ -102,7 +172,14 @@ def run(
 
     _setup_logging(log_level)
     host, port = _host_port(admin_address, "--admin-address")
-    settings = _settings(controller_name, bind_address, dns_resolver, system_trust_file)
+    settings = _settings(
+        controller_name,
+        bind_address,
+        dns_resolver,
+        system_trust_file,
+        denied_cidrs=egress_denied_cidrs,
+        allowed_hostnames=egress_allowed_hostnames,
+    )
     controller = Controller(
         FilesProvider([str(p) for p in file]),
         settings,
@@ -135,6 +212,8 @@ def translate_cmd(
     controller_name: ControllerName = DEFAULT_CONTROLLER_NAME,
     bind_address: Annotated[str, typer.Option(help="As for `weir run`.")] = "127.0.0.1",
     dns_resolver: Annotated[list[str], typer.Option(help="As for `weir run`.")] = [],  # noqa: B006
+    egress_denied_cidrs: EgressDeniedCidrs = None,
+    egress_allowed_hostnames: EgressAllowedHostnames = None,
 ) -> None:
     """Print every resource with the status weir computes, the IR and the Envoy resources. Starts nothing."""
     from weir.xds import build
@@ -144,7 +223,14 @@ def translate_cmd(
     report = load_paths(file)
     _print_problems(report)
     resources = Resources.from_objects(item.object for item in report.objects)
-    settings = _settings(controller_name, bind_address, dns_resolver, DEFAULT_SYSTEM_TRUST_FILE)
+    settings = _settings(
+        controller_name,
+        bind_address,
+        dns_resolver,
+        DEFAULT_SYSTEM_TRUST_FILE,
+        denied_cidrs=egress_denied_cidrs,
+        allowed_hostnames=egress_allowed_hostnames,
+    )
     result = translate(resources, settings)
     data = {
         "resources": [
@@ -186,6 +272,14 @@ def status(
         err.print(f"[red]error[/red]: cannot reach weir at {url}: {exc}. Is `weir run` running?")
         raise typer.Exit(1) from None
     _dump(data, output)
+
+
+@app.command()
+def crds() -> None:
+    """Print the CustomResourceDefinitions weir defines (XBackend) as YAML, generated from its models."""
+    from weir.api.crds import render
+
+    sys.stdout.write(render())
 
 
 @app.command()

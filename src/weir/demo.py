@@ -1,17 +1,26 @@
 """``weir demo``: an offline, self-contained tour of weir's main job.
 
-It starts, on loopback only: a TLS "external API" with a CA of its own, a
-DNS stub that resolves the API's hostname to it, and weir (with Envoy) serving
-a Gateway, an HTTPRoute and an XBackend whose CA comes from a ConfigMap.
+It starts, on loopback only: a TLS "external API" with a CA of its own, an
+"internal service", a DNS stub that resolves the API's hostname to the API
+and another name to the internal service, and weir (with Envoy) serving a
+Gateway, an HTTPRoute and XBackends, one of them with its CA in a ConfigMap.
 Then it sends requests through Envoy, shows what the upstream saw, shows that
-a backend trusting the wrong CA is refused rather than downgraded, and stops
-everything it started. Exit status 0 means every check held.
+a backend trusting the wrong CA is refused rather than downgraded and that a
+hostname resolving into a denied network is refused before any connection,
+and stops everything it started. Exit status 0 means every check held.
+
+Everything weir is told is in the manifests, as a user would write them:
+the GatewayClass's parameters (a GatewayClassConfig) name the DNS stub and
+the egress policy. That policy is weir's default one except for loopback:
+the demo's "external" API runs on 127.0.0.1, so only the internal service's
+address, 127.0.0.2, is denied there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import tempfile
 import time
 import urllib.error
@@ -28,8 +37,30 @@ from weir.controller import Controller, Options
 from weir.providers.files import FilesProvider
 from weir.testkit import DnsStub, RecordingUpstream, free_port, make_ca, server_ssl_context
 from weir.translate import Settings
+from weir.translate.settings import DEFAULT_DENIED_CIDRS
 
 API_HOST = "api.weir-demo.test"
+#: A name whose address is in a denied network, as after a DNS rebinding.
+INTERNAL_HOST = "rebound.weir-demo.test"
+API_IP, INTERNAL_IP = "127.0.0.1", "127.0.0.2"
+
+
+def _class_config(dns: tuple[str, int]) -> dict[str, Any]:
+    """The demo GatewayClass's parameters: the DNS stub, and the egress policy."""
+    loopback = ipaddress.ip_network("127.0.0.0/8")
+    denied = [c for c in DEFAULT_DENIED_CIDRS if ipaddress.ip_network(c) != loopback]
+    return {
+        "apiVersion": "weir.dev/v1alpha1",
+        "kind": "GatewayClassConfig",
+        "metadata": {"name": "demo"},
+        "spec": {
+            "egress": {
+                "deniedCIDRs": [*denied, f"{INTERNAL_IP}/32"],
+                "allowedHostnames": ["*.weir-demo.test"],
+            },
+            "dns": {"resolvers": [{"address": dns[0], "port": dns[1]}]},
+        },
+    }
 
 
 def _xbackend(name: str, port: int, ca_config_map: str) -> dict[str, Any]:
@@ -69,15 +100,27 @@ def _route_rule(prefix: str, xbackend: str) -> dict[str, Any]:
     }
 
 
-def _manifests(gateway_port: int, api_port: int, ca_pem: str, wrong_ca_pem: str) -> str:
+def _manifests(
+    gateway_port: int,
+    api_port: int,
+    ca_pem: str,
+    wrong_ca_pem: str,
+    *,
+    dns: tuple[str, int],
+    internal_port: int,
+) -> str:
     """The demo's Gateway API objects as multi-document YAML (what a user would write)."""
     gateway_api = "gateway.networking.k8s.io/v1"
     documents: list[dict[str, Any]] = [
+        _class_config(dns),
         {
             "apiVersion": gateway_api,
             "kind": "GatewayClass",
             "metadata": {"name": "weir"},
-            "spec": {"controllerName": DEFAULT_CONTROLLER_NAME},
+            "spec": {
+                "controllerName": DEFAULT_CONTROLLER_NAME,
+                "parametersRef": {"group": "weir.dev", "kind": "GatewayClassConfig", "name": "demo"},
+            },
         },
         {
             "apiVersion": gateway_api,
@@ -94,11 +137,25 @@ def _manifests(gateway_port: int, api_port: int, ca_pem: str, wrong_ca_pem: str)
             "metadata": {"name": "demo-api", "namespace": "default"},
             "spec": {
                 "parentRefs": [{"name": "egress"}],
-                "rules": [_route_rule("/api", "demo-api"), _route_rule("/impostor", "wrong-ca")],
+                "rules": [
+                    _route_rule("/api", "demo-api"),
+                    _route_rule("/impostor", "wrong-ca"),
+                    _route_rule("/rebound", "rebound"),
+                ],
             },
         },
         _xbackend("demo-api", api_port, "demo-ca"),
         _xbackend("wrong-ca", api_port, "unrelated-ca"),
+        {
+            "apiVersion": "gateway.networking.x-k8s.io/v1alpha1",
+            "kind": "XBackend",
+            "metadata": {"name": "rebound", "namespace": "default"},
+            "spec": {
+                "type": "ExternalHostname",
+                "externalHostname": {"hostname": INTERNAL_HOST},
+                "port": {"port": internal_port},
+            },
+        },
         _ca_config_map("demo-ca", ca_pem),
         _ca_config_map("unrelated-ca", wrong_ca_pem),
     ]
@@ -118,31 +175,41 @@ async def run_demo(console: Console, *, keep_running: bool = False) -> int:
     ok = True
     ca, impostor_ca = make_ca("weir demo CA"), make_ca("unrelated CA")
     server_cert = ca.issue_server_cert(API_HOST)
-    gateway_port, api_port = free_port(), free_port()
+    gateway_port, api_port = free_port(), free_port(API_IP)
     async with contextlib.AsyncExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="weir-demo-")))
         upstream = await stack.enter_async_context(
             RecordingUpstream(
                 "demo-api",
-                host="127.0.0.1",
+                host=API_IP,
                 port=api_port,
                 ssl_context=server_ssl_context(server_cert),
             )
         )
+        internal = await stack.enter_async_context(RecordingUpstream("internal", host=INTERNAL_IP))
         dns = await stack.enter_async_context(DnsStub())
-        dns.set(API_HOST, ["127.0.0.1"])
+        dns.set(API_HOST, [API_IP])
+        dns.set(INTERNAL_HOST, [INTERNAL_IP])
         manifest = workdir / "demo.yaml"
-        manifest.write_text(_manifests(gateway_port, api_port, ca.cert_pem, impostor_ca.cert_pem))
+        manifest.write_text(
+            _manifests(
+                gateway_port,
+                api_port,
+                ca.cert_pem,
+                impostor_ca.cert_pem,
+                dns=dns.address,
+                internal_port=internal.port,
+            )
+        )
         console.print(
             f"[bold]1.[/bold] A TLS API at https://{API_HOST}:{api_port} (its own CA), "
-            f"a DNS stub at {dns.host}:{dns.port}, manifests in {manifest}"
+            f"an internal service at http://{INTERNAL_IP}:{internal.port}, "
+            f"a DNS stub at {dns.host}:{dns.port}, manifests in {manifest}. The GatewayClass's "
+            "parameters (GatewayClassConfig demo) name the DNS stub and weir's default egress policy, "
+            f"with loopback narrowed to {INTERNAL_IP}: the demo API itself is on {API_IP}."
         )
 
-        controller = Controller(
-            FilesProvider([str(workdir)]),
-            Settings(dns_resolvers=(dns.address,)),
-            Options(admin_port=0),
-        )
+        controller = Controller(FilesProvider([str(workdir)]), Settings(), Options(admin_port=0))
         started = time.monotonic()
         await controller.start()
         stack.push_async_callback(controller.stop)
@@ -189,6 +256,17 @@ async def run_demo(console: Console, *, keep_running: bool = False) -> int:
             + ("[green]ok[/green]" if refused else "[red]FAILED[/red]")
         )
 
+        status, body = await asyncio.to_thread(_get, f"http://127.0.0.1:{gateway_port}/rebound/hello")
+        guarded = status == 403 and INTERNAL_IP in body and not internal.requests
+        ok &= guarded
+        console.print(
+            f"[bold]4.[/bold] {INTERNAL_HOST} resolves to {INTERNAL_IP}, a denied network: HTTP {status}, "
+            f"{'refused before connecting' if guarded else 'UNEXPECTED'} "
+            + ("[green]ok[/green]" if guarded else "[red]FAILED[/red]"),
+            highlight=False,
+        )
+        console.print(f"    {body.strip()}", highlight=False, markup=False)
+
         statuses = controller.statuses()
         gateway = next((s for k, s in statuses.items() if k.kind == "Gateway"), {})
         programmed: dict[str, Any] = next(
@@ -196,7 +274,7 @@ async def run_demo(console: Console, *, keep_running: bool = False) -> int:
         )
         ok &= programmed.get("status") == "True"
         console.print(
-            f"[bold]4.[/bold] Gateway default/egress Programmed={programmed.get('status')} "
+            f"[bold]5.[/bold] Gateway default/egress Programmed={programmed.get('status')} "
             f"({programmed.get('reason')}): {programmed.get('message')}"
         )
         if keep_running:
@@ -206,6 +284,6 @@ async def run_demo(console: Console, *, keep_running: bool = False) -> int:
             )
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.Event().wait()
-    console.print("[bold]5.[/bold] Stopped weir, Envoy, the DNS stub and the API.")
+    console.print("[bold]6.[/bold] Stopped weir, Envoy, the DNS stub and the API.")
     console.print("[bold green]demo passed[/bold green]" if ok else "[bold red]demo failed[/bold red]")
     return 0 if ok else 1

@@ -396,6 +396,8 @@ class EnvoyProcess:
             "--concurrency", str(self.concurrency),
             "--drain-time-s", str(self.drain_time_s),
             "--parent-shutdown-time-s", str(self.parent_shutdown_time_s),
+            # Access logs are flushed every 10 s by default: too late for someone watching them.
+            "--file-flush-interval-msec", "1000",
         ]  # fmt: skip
         if self.component_log_level:
             command += ["--component-log-level", self.component_log_level]

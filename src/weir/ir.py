@@ -72,11 +72,28 @@ class WeightedBackend:
     weight: int
 
 
+#: How long a forwarded exchange may take by default: from the end of the
+#: request to the last byte of the response (Envoy's own default).
+DEFAULT_REQUEST_TIMEOUT_MS = 15_000
+#: How long a forwarded exchange may go without a byte by default (Envoy's own default).
+DEFAULT_IDLE_TIMEOUT_MS = 300_000
+
+
 @dataclass(frozen=True, slots=True)
 class Forward:
-    """Send the request to one of ``backends``, chosen by weight."""
+    """Send the request to one of ``backends``, chosen by weight.
+
+    ``request_timeout_ms`` bounds the whole exchange, from the end of the
+    request to the last byte of the response: when it expires before the
+    response starts the client gets 504, after that the response is cut.
+    ``idle_timeout_ms`` bounds how long the exchange may go without a byte in
+    either direction. ``0`` means no limit. Responses are always streamed to
+    the client as they arrive, never gathered first.
+    """
 
     backends: tuple[WeightedBackend, ...]
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +174,15 @@ class StaticEndpoints:
 
 @dataclass(frozen=True, slots=True)
 class DnsName:
-    """An external hostname that Envoy resolves itself and keeps re-resolving."""
+    """An external hostname that Envoy resolves itself and keeps re-resolving.
+
+    ``dns``: how to resolve it, when it differs from :attr:`IR.dns` (a
+    GatewayClass's parameters can name their own resolvers); ``None``: :attr:`IR.dns`.
+    """
 
     hostname: str
     port: int
+    dns: DnsSettings | None = None
 
 
 class UpstreamProtocol(enum.Enum):
@@ -213,13 +235,31 @@ class UpstreamTLS:
 
 
 @dataclass(frozen=True, slots=True)
+class EgressGuard:
+    """Networks the addresses of an external hostname must not be in (DNS rebinding, SSRF).
+
+    The address chosen for each request is checked before any connection is
+    made: one inside ``denied_networks`` (CIDRs in canonical form, sorted)
+    answers the client 403 with a body that names the address, and the
+    refusal is counted and logged. An IPv4-mapped IPv6 address
+    (``::ffff:10.0.0.1``) is checked as the IPv4 address it reaches. When a
+    name resolves to several addresses, only the requests that would go to a
+    denied one are refused. Empty: nothing is denied.
+    """
+
+    denied_networks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Upstream:
     """A destination requests are forwarded to (an Envoy cluster).
 
     ``name`` is ``service/NS/NAME/PORT`` or ``xbackend/NS/NAME``.
     ``host_header``, when set, replaces the request's Host (``:authority``)
     when this upstream is chosen; XBackends set it to the external hostname
-    so the request is valid for the real server.
+    so the request is valid for the real server. ``egress_guard`` is set on
+    every upstream that is an external hostname (``None``: no guard, as for
+    Services, whose addresses their owners choose).
     """
 
     name: str
@@ -228,6 +268,7 @@ class Upstream:
     tls: UpstreamTLS | None = None
     host_header: str | None = None
     connect_timeout_ms: int = 5000
+    egress_guard: EgressGuard | None = None
 
 
 # --------------------------------------------------------------------------

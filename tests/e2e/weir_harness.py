@@ -7,6 +7,7 @@ controller) and the test checks that the PID is gone.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import textwrap
 import time
@@ -36,15 +37,36 @@ spec:
 """
 
 
+#: What tests deny by default: one loopback address, so that the guard is in
+#: place (and testable, see test_egress.py) while test upstreams on the rest of
+#: 127.0.0.0/8 stay reachable. weir's real default denies all of loopback.
+TEST_DENIED_CIDRS = ("127.0.0.66/32",)
+FORBIDDEN_IP = "127.0.0.66"
+
+
 def indent_pem(pem: str, spaces: int) -> str:
     return textwrap.indent(pem, " " * spaces)
 
 
 class Weir:
-    def __init__(self, folder: Path, dns: DnsStub | None, gateway_port: int) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        dns: DnsStub | None,
+        gateway_port: int,
+        *,
+        egress_denied_cidrs: tuple[str, ...] | None = TEST_DENIED_CIDRS,
+    ) -> None:
+        """``egress_denied_cidrs``: the egress guard's denied networks. The default,
+        :data:`TEST_DENIED_CIDRS`, lets external hostnames resolve to the loopback
+        test upstreams except 127.0.0.66; ``()`` denies nothing; ``None`` keeps
+        weir's default denied networks (loopback included) and lets GatewayClass
+        parameters decide."""
         self.folder = folder
         self.gateway_port = gateway_port
         self.settings = Settings(dns_resolvers=(dns.address,) if dns else ())
+        if egress_denied_cidrs is not None:
+            self.settings = dataclasses.replace(self.settings, egress_denied_cidrs=egress_denied_cidrs)
         self.controller: Controller | None = None
         self.envoy_pids: list[int] = []
 

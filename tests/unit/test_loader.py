@@ -294,8 +294,8 @@ INVALID: list[tuple[str, str, list[str]]] = [
         "xbackend-cluster-local-hostname",
         XBACKEND + "  externalHostname: {hostname: web.apps.svc.cluster.local}\n",
         [
-            "case.yaml:6: XBackend egress/openai: spec.externalHostname: Invalid value: "
-            '"object": hostname must not be an IP address or end with .cluster.local'
+            "case.yaml:6: XBackend egress/openai: spec.externalHostname.hostname: Invalid value: "
+            '"string": hostname must not be an IP address or end with .cluster.local'
         ],
     ),
     (
@@ -324,8 +324,8 @@ INVALID: list[tuple[str, str, list[str]]] = [
         XBACKEND.replace("{port: 443}", "{port: 443, name: Web-TLS}")
         + "  externalHostname: {hostname: api.openai.com}\n",
         [
-            'case.yaml:6: XBackend egress/openai: spec.port.name: Invalid value: "Web-TLS": '
-            "should match '^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"
+            'case.yaml:6: XBackend egress/openai: spec.port.name: Invalid value: "string": '
+            "Name must be a valid DNS label"
         ],
     ),
     (

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import TESTDATA, golden_names, load_ir, merge
+from goldens import TESTDATA, golden_names, load_ir, merge
 
 from weir import ir
 from weir.xds import build as xds_build
@@ -202,11 +202,11 @@ def _tls_upstream(**changes: Any) -> ir.Upstream:
     return dataclasses.replace(_WEB, tls=dataclasses.replace(tls, **changes))
 
 
-def _route_to(upstream: str) -> ir.Listener:
+def _route_to(upstream: str, **timeouts: int) -> ir.Listener:
     route = ir.Route(
         "r",
         ir.RouteMatch(ir.PathMatch("PathPrefix", "/")),
-        ir.Forward((ir.WeightedBackend(upstream, 1),)),
+        ir.Forward((ir.WeightedBackend(upstream, 1),), **timeouts),
     )
     return ir.Listener("l", "127.0.0.1", 1, (ir.VirtualHost("v", ("*",), (route,)),))
 
@@ -219,6 +219,8 @@ _CA = ir.TrustedCA("ca", "PEM")
     [
         (ir.IR(upstreams=(_WEB, _WEB)), "duplicate upstream"),
         (ir.IR(listeners=(_route_to("nope"),), upstreams=(_WEB,)), "unknown upstream"),
+        (ir.IR(listeners=(_route_to(_WEB.name, request_timeout_ms=-1),), upstreams=(_WEB,)), "negative"),
+        (ir.IR(listeners=(_route_to(_WEB.name, idle_timeout_ms=-1),), upstreams=(_WEB,)), "negative"),
         (ir.IR(upstreams=(_tls_upstream(),)), "no TrustedCA secret"),
         (ir.IR(upstreams=(_tls_upstream(trusted_ca=None),)), "exactly one of"),
         (

@@ -30,6 +30,15 @@ API_VERSION = f"{GROUP}/v1"
 # ---------------------------------------------------------------- GatewayClass
 
 
+class ParametersReference(Model):
+    """``spec.parametersRef``: the object configuring the class (for weir, a GatewayClassConfig)."""
+
+    group: Group
+    kind: Kind
+    name: str = Field(min_length=1, max_length=253)
+    namespace: Namespace | None = None
+
+
 class GatewayClassSpec(Model):
     controller_name: str = Field(
         min_length=1,
@@ -37,7 +46,7 @@ class GatewayClassSpec(Model):
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/[A-Za-z0-9\/\-._~%!$&'()*+,;=:]+$",
     )
     description: str | None = Field(default=None, max_length=64)
-    parameters_ref: dict[str, Any] | None = None
+    parameters_ref: ParametersReference | None = None
 
 
 class GatewayClass(KubeObject):

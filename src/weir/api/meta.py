@@ -8,16 +8,24 @@ Conventions for every model in :mod:`weir.api`:
 * Unknown fields are ignored (as the API server prunes them), except where a
   typo would silently change behaviour; models are immutable once parsed.
 * Defaults are those of the upstream CRDs, applied at parse time, so
-  translation never re-implements a default.
+  translation never re-implements a default. A default of ``None`` or of an
+  empty collection is only a Python convenience: in the CRD the field is
+  absent (see :func:`crd_default`); any other default is the CRD's.
+* A constraint lives in the model: pydantic constraints for the OpenAPI
+  schema, :class:`weir.api.cel.CelRule` for the CRD's CEL rules (with the
+  upstream rule text and message). :mod:`weir.api.crds` generates the CRD
+  from the same models that standalone validation runs.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 #: RFC 1123 subdomain, as the API server checks ``metadata.name``.
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -175,3 +183,50 @@ class LocalObjectReference(Model):
     group: Group
     kind: Kind
     name: ObjectName
+
+
+# ---------------------------------------------------------------- CRD defaults and shared status types
+
+#: :func:`crd_default` for a field the CRD gives no default.
+NO_DEFAULT: Any = PydanticUndefined
+
+
+def crd_default(field: FieldInfo) -> Any:
+    """The default the CRD declares for ``field``, or :data:`NO_DEFAULT`.
+
+    That is the model's default, unless it is ``None`` or an empty
+    collection (or made by a factory): those stand for "absent".
+    """
+    default = field.default
+    if default is PydanticUndefined or default is None:
+        return NO_DEFAULT
+    if isinstance(default, tuple | list | dict | set | frozenset) and not default:
+        return NO_DEFAULT
+    return default
+
+
+#: Gateway API ``GatewayController``: ``DOMAIN/PATH``.
+GatewayController = Annotated[
+    str,
+    StringConstraints(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/[A-Za-z0-9\/\-._~%!$&'()*+,;=:]+$",
+    ),
+]
+
+
+class Condition(Model):
+    """``metav1.Condition``, with the API's constraints (status schemas in the CRDs)."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+    )
+    status: Literal["True", "False", "Unknown"]
+    observed_generation: int | None = Field(
+        default=None, ge=0, strict=True, json_schema_extra={"format": "int64"}
+    )
+    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = Field(max_length=32768)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from weir.api import core_v1, discovery_v1, gateway_v1, gateway_v1beta1, xbackend_v1alpha1
+from weir.api import core_v1, discovery_v1, gateway_v1, gateway_v1beta1, weir_v1alpha1, xbackend_v1alpha1
 from weir.api.meta import KubeObject
 
 #: Every kind weir understands, in the order translation depends on them.
@@ -12,6 +12,7 @@ MODELS: tuple[type[KubeObject], ...] = (
     core_v1.ConfigMap,
     core_v1.Service,
     discovery_v1.EndpointSlice,
+    weir_v1alpha1.GatewayClassConfig,
     gateway_v1.GatewayClass,
     gateway_v1.Gateway,
     gateway_v1.HTTPRoute,

@@ -1,19 +1,26 @@
 """Gateway API experimental ``gateway.networking.x-k8s.io/v1alpha1``: XBackend.
 
-The released shape (Gateway API v1.6 experimental channel, from GEP-4894).
-The CRD's CEL rules are checked here with the API server's messages; see
-``../shared/reference/xbackend.md`` for the table this follows.
+The released shape (Gateway API v1.6 experimental channel, from GEP-4894),
+with the upstream CRD's constraints: the OpenAPI ones as pydantic
+constraints, the CEL rules as :class:`~weir.api.cel.CelRule` with the
+upstream rule text and message (evaluated by a CEL engine, and emitted into
+the CRD by ``weir crds``). See ``../shared/reference/xbackend.md`` for the
+table this follows.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from weir.api.cel import CelChecked, CelModel, CelRule
+from weir.api.gateway_v1 import ParentReference
 from weir.api.meta import (
-    DNS1123_LABEL,
+    Condition,
+    GatewayController,
     Group,
+    Hostname,
     Kind,
     KubeObject,
     Model,
@@ -25,12 +32,24 @@ from weir.api.meta import (
 GROUP = "gateway.networking.x-k8s.io"
 API_VERSION = f"{GROUP}/v1alpha1"
 
+_ATOMIC: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
+
 
 class BackendPort(Model):
     """``spec.port``. The released schema calls the number ``port``; a newer draft ``number``."""
 
-    port: int = Field(ge=1, le=65535, strict=True)
-    name: str | None = Field(default=None, max_length=63, pattern=r"^$|" + DNS1123_LABEL)
+    port: int = Field(ge=1, le=65535, strict=True, json_schema_extra={"format": "int32"})
+    name: (
+        Annotated[
+            str,
+            Field(max_length=63),
+            CelRule(
+                "size(self) == 0 || format.dns1123Label().validate(self) == null",
+                "Name must be a valid DNS label",
+            ),
+        ]
+        | None
+    ) = None
 
     @model_validator(mode="before")
     @classmethod
@@ -42,102 +61,142 @@ class BackendPort(Model):
 
 
 class ExternalHostname(Model):
-    hostname: PreciseHostname
-
-    @model_validator(mode="after")
-    def _not_cluster_local(self) -> ExternalHostname:
-        if self.hostname.endswith(".cluster.local"):
-            raise ValueError("hostname must not be an IP address or end with .cluster.local")
-        return self
+    hostname: Annotated[
+        PreciseHostname,
+        CelRule(
+            "!self.endsWith('.cluster.local')",
+            "hostname must not be an IP address or end with .cluster.local",
+        ),
+    ]
 
 
 class CACertificateRef(Model):
+    """Gateway API ``LocalObjectReference``."""
+
     group: Group
     kind: Kind
     name: ObjectName
 
 
-class SubjectAltName(Model):
-    type: Literal["Hostname", "URI"]
-    hostname: str | None = Field(default=None, max_length=253)
-    uri: str | None = Field(
-        default=None,
-        max_length=253,
-        pattern=r"^(([^:/?#]+):)(//([^/?#]*))([^?#]*)(\?([^#]*))?(#(.*))?",
+#: Gateway API ``AbsoluteURI``.
+AbsoluteURI = Annotated[
+    str,
+    Field(min_length=1, max_length=253, pattern=r"^(([^:/?#]+):)(//([^/?#]*))([^?#]*)(\?([^#]*))?(#(.*))?"),
+]
+
+
+class SubjectAltName(CelModel):
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            '!(self.type == "Hostname" && (!has(self.hostname) || self.hostname == ""))',
+            "SubjectAltName element must contain Hostname, if Type is set to Hostname",
+        ),
+        CelRule(
+            '!(self.type != "Hostname" && has(self.hostname) && self.hostname != "")',
+            "SubjectAltName element must not contain Hostname, if Type is not set to Hostname",
+        ),
+        CelRule(
+            '!(self.type == "URI" && (!has(self.uri) || self.uri == ""))',
+            "SubjectAltName element must contain URI, if Type is set to URI",
+        ),
+        CelRule(
+            '!(self.type != "URI" && has(self.uri) && self.uri != "")',
+            "SubjectAltName element must not contain URI, if Type is not set to URI",
+        ),
     )
 
-    @model_validator(mode="after")
-    def _one_of(self) -> SubjectAltName:
-        if self.type == "Hostname" and not self.hostname:
-            raise ValueError("SubjectAltName element must contain Hostname, if Type is set to Hostname")
-        if self.type != "Hostname" and self.hostname:
-            raise ValueError(
-                "SubjectAltName element must not contain Hostname, if Type is not set to Hostname"
-            )
-        if self.type == "URI" and not self.uri:
-            raise ValueError("SubjectAltName element must contain URI, if Type is set to URI")
-        if self.type != "URI" and self.uri:
-            raise ValueError("SubjectAltName element must not contain URI, if Type is not set to URI")
-        return self
+    type: Literal["Hostname", "URI"]
+    hostname: Hostname | None = None
+    uri: AbsoluteURI | None = None
 
 
-class TLSValidation(Model):
+class TLSValidation(CelModel):
     """The ``validation`` block shared with BackendTLSPolicy."""
 
-    ca_certificate_refs: tuple[CACertificateRef, ...] = Field(default=(), max_length=8)
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "!(has(self.caCertificateRefs) && size(self.caCertificateRefs) > 0 && "
+            'has(self.wellKnownCACertificates) && self.wellKnownCACertificates != "")',
+            "must not contain both CACertificateRefs and WellKnownCACertificates",
+        ),
+        CelRule(
+            "(has(self.caCertificateRefs) && size(self.caCertificateRefs) > 0 || "
+            'has(self.wellKnownCACertificates) && self.wellKnownCACertificates != "")',
+            "must specify either CACertificateRefs or WellKnownCACertificates",
+        ),
+    )
+
+    ca_certificate_refs: tuple[CACertificateRef, ...] = Field(
+        default=(), max_length=8, json_schema_extra=_ATOMIC
+    )
+    #: Upstream's enum is ``System``; weir also reads other values and reports them in status.
     well_known_ca_certificates: str | None = Field(default=None, alias="wellKnownCACertificates")
     hostname: PreciseHostname
-    subject_alt_names: tuple[SubjectAltName, ...] = Field(default=(), max_length=5)
-
-    @model_validator(mode="after")
-    def _exactly_one_trust_source(self) -> TLSValidation:
-        if self.ca_certificate_refs and self.well_known_ca_certificates:
-            raise ValueError("must not contain both CACertificateRefs and WellKnownCACertificates")
-        if not self.ca_certificate_refs and not self.well_known_ca_certificates:
-            raise ValueError("must specify either CACertificateRefs or WellKnownCACertificates")
-        return self
+    subject_alt_names: tuple[SubjectAltName, ...] = Field(default=(), max_length=5, json_schema_extra=_ATOMIC)
 
 
 class ClientCertificateRef(Model):
+    """Gateway API ``SecretObjectReference``."""
+
     group: Group = ""
     kind: Kind = "Secret"
     name: ObjectName
     namespace: Namespace | None = None
 
 
-class BackendTLS(Model):
+class BackendTLS(CelModel):
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "self.mode == 'ClientAndServer' ? "
+            "has(self.clientCertificateRef) : !has(self.clientCertificateRef)",
+            "clientCertificateRef must be set if and only if mode is ClientAndServer",
+        ),
+    )
+
     mode: Literal["None", "ServerOnly", "ClientAndServer"]
     client_certificate_ref: ClientCertificateRef | None = None
     validation: TLSValidation | None = None
-
-    @model_validator(mode="after")
-    def _client_cert_iff_mutual(self) -> BackendTLS:
-        if (self.mode == "ClientAndServer") != (self.client_certificate_ref is not None):
-            raise ValueError("clientCertificateRef must be set if and only if mode is ClientAndServer")
-        return self
 
 
 Protocol = Literal["TCP", "HTTP", "HTTP2", "HTTP11", "H2C", "MCP"]
 
 
-class XBackendSpec(Model):
+class XBackendSpec(CelModel):
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "self.type == 'ExternalHostname' ? has(self.externalHostname) : !has(self.externalHostname)",
+            "externalHostname must be set when type is ExternalHostname and must be unset otherwise",
+        ),
+    )
+
     type: Literal["ExternalHostname"]
     port: BackendPort
     external_hostname: ExternalHostname | None = None
     protocol: Protocol | None = None
     tls: BackendTLS | None = None
 
-    @model_validator(mode="after")
-    def _hostname_iff_type(self) -> XBackendSpec:
-        if (self.type == "ExternalHostname") != (self.external_hostname is not None):
-            raise ValueError(
-                "externalHostname must be set when type is ExternalHostname and must be unset otherwise"
-            )
-        return self
+
+class BackendParentStatus(Model):
+    """One entry of ``status.parents`` (Go: ``BackendAncestorStatus``)."""
+
+    controller_name: GatewayController
+    parent_ref: ParentReference
+    conditions: tuple[Condition, ...] = Field(
+        default=(),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
 
 
-class XBackend(KubeObject):
+class BackendStatus(Model):
+    """``status`` as weir writes it (the released shape). Read only for the CRD: status is kept as data."""
+
+    parents: tuple[BackendParentStatus, ...] = Field(default=(), max_length=32, json_schema_extra=_ATOMIC)
+
+
+class XBackend(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "XBackend"
+    #: The schema of ``status`` in the CRD.
+    STATUS: ClassVar[type[Model]] = BackendStatus
 
     spec: XBackendSpec

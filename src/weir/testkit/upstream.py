@@ -148,7 +148,11 @@ class RecordingUpstream:
     at construction. ``port=0`` picks a free port (read :attr:`port` after
     :meth:`start`). With ``ssl_context`` (e.g. from
     :func:`weir.testkit.pki.server_ssl_context`, whose ALPN offer defaults to
-    ``h2, http/1.1``) the server speaks TLS. ``handler`` may be an
+    ``h2, http/1.1``) the server speaks TLS. ``http2=False`` makes an
+    HTTP/1.1-only server: it never speaks HTTP/2, whatever ALPN or the client's
+    first bytes say, so an HTTP/2 connection preface is parsed as an (odd)
+    HTTP/1.x request (method ``PRI``, version ``2.0``), as a real HTTP/1.1-only
+    server would, and recorded as such. ``handler`` may be an
     :class:`UpstreamResponse` (answer every request with it) or a callable;
     it can be changed at any time through the :attr:`handler` attribute.
 
@@ -165,8 +169,10 @@ class RecordingUpstream:
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         handler: Handler | UpstreamResponse | None = None,
+        http2: bool = True,
     ) -> None:
         self.name = name
+        self._http2 = http2
         self._host = require_loopback(host, what=f"RecordingUpstream {name!r}")
         self._port = port
         self._ssl_context = ssl_context
@@ -256,13 +262,13 @@ class RecordingUpstream:
                 def answer(raw: RawRequest) -> Reply:
                     return self._answer(info, raw)
 
-                if info.alpn == "h2":
+                if info.alpn == "h2" and self._http2:
                     await serve_h2(reader, w, b"", answer)
                 elif info.alpn is not None:
                     await serve_h1(reader, w, b"", answer)
                 else:  # plaintext, or TLS without ALPN: prior-knowledge h2 or HTTP/1.x
                     is_h2, initial = await sniff_h2_preface(reader)
-                    if is_h2:
+                    if is_h2 and self._http2:
                         await serve_h2(reader, w, initial, answer)
                     elif initial:
                         await serve_h1(reader, w, initial, answer)

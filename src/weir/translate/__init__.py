@@ -10,15 +10,18 @@ depends on Envoy (see :mod:`weir.translate.status`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from weir import ir
+from weir.api.gateway_v1 import GatewayClass
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
+from weir.translate import egress
 from weir.translate.backends import BackendResolver
-from weir.translate.gateways import accepted_classes, gateway_contexts, gateway_status
+from weir.translate.gateways import GatewayContext, accepted_classes, gateway_contexts, gateway_status
 from weir.translate.routes import RouteTable, translate_http_routes
 from weir.translate.settings import Settings
 
@@ -47,7 +50,18 @@ def translate(resources: Resources, settings: Settings) -> Translation:
     gateways = gateway_contexts(resources, settings, classes)
     resolver = BackendResolver(resources, settings)
     table = RouteTable()
-    statuses.update(translate_http_routes(resources, gateways, resolver, settings.controller_name, table))
+    statuses.update(
+        translate_http_routes(
+            resources,
+            gateways,
+            resolver,
+            settings.controller_name,
+            table,
+            request_timeout_ms=settings.request_timeout_ms,
+        )
+    )
+    # After every kind of route has resolved its backends: the policy depends on all users.
+    _apply_egress_policy(resources, settings, classes, gateways, resolver, table)
     statuses.update(resolver.xbackend_statuses(settings.controller_name))
 
     sockets: dict[tuple[str, int], None] = {}
@@ -65,7 +79,7 @@ def translate(resources: Resources, settings: Settings) -> Translation:
             listeners=listeners,
             upstreams=tuple(table.upstreams[name] for name in sorted(table.upstreams)),
             secrets=tuple(table.secrets[name] for name in sorted(table.secrets)),
-            dns=ir.DnsSettings(resolvers=settings.dns_resolvers),
+            dns=egress.instance_dns(settings),
         ),
         statuses=dict(sorted(statuses.items())),
         gateway_sockets=gateway_sockets,
@@ -82,3 +96,67 @@ def _listener(socket: tuple[str, int], table: RouteTable) -> ir.Listener:
         routes = tuple(dict.fromkeys(route for _, route in entries))
         virtual_hosts.append(ir.VirtualHost(name=f"{name}/{domain}", domains=(domain,), routes=routes))
     return ir.Listener(name=name, address=address, port=port, virtual_hosts=tuple(virtual_hosts))
+
+
+def _apply_egress_policy(
+    resources: Resources,
+    settings: Settings,
+    classes: set[str],
+    gateways: list[GatewayContext],
+    resolver: BackendResolver,
+    table: RouteTable,
+) -> None:
+    """Give each external upstream its egress guard; drop those the policy refuses.
+
+    A refused XBackend is treated like one whose TLS settings do not load:
+    its share of requests is answered 500 and its own status says why.
+    """
+    policies = {
+        name: egress.class_policy(resources, settings, resources.get(GatewayClass, "", name))
+        for name in sorted(classes)
+    }
+    gateway_classes = {ctx.gateway.key: ctx.gateway.spec.gateway_class_name for ctx in gateways}
+    settled = resolver.apply_egress_policy(
+        gateway_classes, policies, egress.class_policy(resources, settings, None)
+    )
+    refused: set[str] = set()
+    orphans: set[str] = set()
+    for name, (upstream, secrets) in settled.items():
+        if upstream is not None:
+            table.upstreams[name] = upstream
+            continue
+        refused.add(name)
+        table.upstreams.pop(name, None)
+        orphans.update(secret.name for secret in secrets)
+    if not refused:
+        return
+    in_use = {
+        ref
+        for upstream in table.upstreams.values()
+        if upstream.tls is not None
+        for ref in (upstream.tls.trusted_ca, upstream.tls.client_certificate)
+        if ref is not None
+    }
+    for secret_name in orphans - in_use:
+        table.secrets.pop(secret_name, None)
+    for by_domain in table.entries.values():
+        for entries in by_domain.values():
+            entries[:] = [(key, _without_upstreams(route, refused)) for key, route in entries]
+
+
+def _without_upstreams(route: ir.Route, refused: set[str]) -> ir.Route:
+    """``route`` with the backends in ``refused`` turned into failed ones (500 for their share)."""
+    action = route.action
+    if not isinstance(action, ir.Forward) or not any(b.upstream in refused for b in action.backends):
+        return route
+    weights: dict[str | None, int] = {}
+    for backend in action.backends:
+        name = None if backend.upstream in refused else backend.upstream
+        weights[name] = weights.get(name, 0) + backend.weight
+    if all(name is None for name in weights):
+        return dataclasses.replace(route, action=ir.DirectResponse(500))
+    backends = tuple(
+        ir.WeightedBackend(name, weight)
+        for name, weight in sorted(weights.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+    )
+    return dataclasses.replace(route, action=dataclasses.replace(action, backends=backends))

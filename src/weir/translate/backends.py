@@ -9,8 +9,8 @@ written per Gateway.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +22,8 @@ from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.api.xbackend_v1alpha1 import XBackend
 from weir.resources import Resources
+from weir.translate import egress, tls
 from weir.translate import status as st
-from weir.translate import tls
 from weir.translate.grants import reference_permitted
 from weir.translate.settings import Settings
 
@@ -42,11 +42,14 @@ class Resolved:
 
     ``upstream`` is ``None`` when the object exists but cannot be used (for
     example an XBackend whose CA does not load): requests for it get 500,
-    and the object's own status says why.
+    and the object's own status says why. ``streaming`` marks a backend whose
+    responses are long-lived event streams (an XBackend with protocol
+    ``MCP``): routes to it must not time them out.
     """
 
     upstream: ir.Upstream | None
     secrets: tuple[ir.Secret, ...] = ()
+    streaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -168,12 +171,56 @@ class BackendResolver:
             )
         self._xbackend_users[xb.key].update(gateways)
         verdict = self.xbackend_verdict(xb)
-        return Resolved(verdict.upstream, verdict.secrets)
+        return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol == "MCP")
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
             self._xbackends[xb.key] = _evaluate_xbackend(self._resources, self._settings, xb)
         return self._xbackends[xb.key]
+
+    def apply_egress_policy(
+        self,
+        gateway_classes: Mapping[ObjectKey, str],
+        policies: Mapping[str, egress.ClassPolicy],
+        fallback: egress.ClassPolicy,
+    ) -> dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]]:
+        """Settle every XBackend resolved so far against the egress policy of its users.
+
+        Call once, after every route has been resolved: an XBackend's policy
+        combines those of the classes (``gateway_classes``: Gateway → class
+        name) of every Gateway using it (see :func:`weir.translate.egress.decide`);
+        ``fallback`` applies to one no Gateway uses. Returns, by upstream
+        name, the upstream to serve (now with its egress guard), or ``None``
+        with the secrets that were resolved for it, when the policy refuses it.
+        """
+        settled: dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]] = {}
+        for key, users in sorted(self._xbackend_users.items()):
+            verdict = self._xbackends.get(key)
+            if verdict is None or verdict.upstream is None:
+                continue
+            upstream = verdict.upstream
+            assert isinstance(upstream.destination, ir.DnsName)
+            classes = sorted({gateway_classes[gw] for gw in users if gw in gateway_classes})
+            decision = egress.decide(
+                upstream.destination.hostname, [policies[c] for c in classes if c in policies] or [fallback]
+            )
+            if decision.refusal is not None:
+                reason, message = decision.refusal
+                conditions = (
+                    (st.ACCEPTED, False, reason, message),
+                    (st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"),
+                )
+                self._xbackends[key] = XBackendVerdict(None, (), conditions)
+                settled[upstream.name] = (None, verdict.secrets)
+                continue
+            upstream = dataclasses.replace(
+                upstream,
+                destination=dataclasses.replace(upstream.destination, dns=decision.dns),
+                egress_guard=decision.guard,
+            )
+            self._xbackends[key] = dataclasses.replace(verdict, upstream=upstream)
+            settled[upstream.name] = (upstream, verdict.secrets)
+        return settled
 
     def xbackend_statuses(self, controller_name: str) -> dict[ObjectKey, dict[str, Any]]:
         """``status.parents`` for every XBackend, one entry per Gateway whose routes use it.
@@ -223,11 +270,9 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             conds.append((st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"))
         return XBackendVerdict(None, (), tuple(conds))
 
-    if _is_ip_literal(hostname):
-        return refused(
-            st.R_UNSUPPORTED_VALUE,
-            f"externalHostname {hostname!r} is an IP address; use a DNS name",
-        )
+    why_not = egress.refused_hostname(hostname)
+    if why_not is not None:
+        return refused(st.R_UNSUPPORTED_VALUE, why_not)
     mode = spec.tls.mode if spec.tls else "None"
     if spec.protocol == "H2C" and mode != "None":
         return refused(
@@ -286,17 +331,17 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
 
 
 def _protocol(protocol: str | None, *, tls_on: bool) -> ir.UpstreamProtocol:
+    """The HTTP version spoken to an XBackend (``TCP`` never gets here: HTTPRoutes refuse it).
+
+    ``HTTP2`` is HTTP/2 only: over TLS with ALPN ``h2``, in plaintext h2c with
+    prior knowledge; a server that cannot speak it fails the request, there is
+    no fallback to HTTP/1.1. ``H2C`` is the plaintext half of that (with TLS
+    it never gets here). ``HTTP11`` is HTTP/1.1 only. Unset, ``HTTP`` and
+    ``MCP`` (streamable HTTP is plain HTTP) let ALPN choose over TLS and
+    speak HTTP/1.1 in plaintext, where nothing can negotiate.
+    """
     if protocol in ("HTTP2", "H2C"):
         return ir.UpstreamProtocol.HTTP2
     if protocol == "HTTP11":
         return ir.UpstreamProtocol.HTTP1
-    # Unset, HTTP and (until the MCP issue) MCP: ALPN decides over TLS, HTTP/1.1 in plaintext.
     return ir.UpstreamProtocol.AUTO if tls_on else ir.UpstreamProtocol.HTTP1
-
-
-def _is_ip_literal(hostname: str) -> bool:
-    try:
-        ipaddress.ip_address(hostname)
-    except ValueError:
-        return False
-    return True

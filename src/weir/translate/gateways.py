@@ -10,6 +10,7 @@ from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, Listener
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
+from weir.translate.egress import class_config
 from weir.translate.settings import Settings
 
 #: Route kinds a listener of each protocol can carry, today.
@@ -59,11 +60,19 @@ def accepted_classes(
             continue
         names.add(gc.name)
         gen = gc.metadata.generation
-        statuses[gc.key] = {
-            "conditions": [
-                st.condition(st.ACCEPTED, True, st.R_ACCEPTED, f"Handled by {settings.controller_name}", gen),
-            ]
-        }
+        config = class_config(resources, gc)
+        if isinstance(config, str):
+            # Still weir's: its Gateways serve Services; egress through them is refused.
+            message = (
+                f"{config}. Until this is fixed, Gateways of this class send nothing to external hostnames"
+            )
+            accepted = st.condition(st.ACCEPTED, False, st.R_INVALID_PARAMETERS, message, gen)
+        else:
+            message = f"Handled by {settings.controller_name}"
+            if config is not None:
+                message += f" with the parameters of {config.KIND} {config.name}"
+            accepted = st.condition(st.ACCEPTED, True, st.R_ACCEPTED, message, gen)
+        statuses[gc.key] = {"conditions": [accepted]}
     return names, statuses
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP, HTTPRoute, HTTPRouteMatch, HTTPRouteRule, ParentReference
+from weir.api.gateway_v1 import GROUP, HTTPRoute, HTTPRouteMatch, ParentReference
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
@@ -16,6 +16,15 @@ from weir.translate.backends import BackendResolver, RefFailure
 from weir.translate.gateways import GatewayContext, ListenerContext
 
 Socket = tuple[str, int]
+
+#: The idle limit of routes to MCP backends, which have no request timeout.
+#: Streamable HTTP keeps a response open as long as a tool runs (POST) or a
+#: session listens for server messages (GET), possibly silent all along:
+#: Envoy's default of 5 minutes would cut quiet tool calls, no limit at all
+#: would keep the streams of vanished peers forever. An hour is generous
+#: and still bounded; an MCP client reopens a GET stream that was closed.
+MCP_IDLE_TIMEOUT_MS = 3_600_000
+
 #: Sorts routes within a virtual host by Gateway API precedence; smaller first.
 SortKey = tuple[Any, ...]
 
@@ -44,12 +53,16 @@ def translate_http_routes(
     resolver: BackendResolver,
     controller_name: str,
     table: RouteTable,
+    *,
+    request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
 ) -> dict[ObjectKey, dict[str, Any]]:
     """Attach every HTTPRoute, fill ``table``, and return the routes' statuses.
 
     Increments ``attachedRoutes`` on the listeners routes attach to. Only
     parentRefs to weir's Gateways (or to Gateways that do not exist) get a
     status entry; entries of other controllers are kept as they are.
+    ``request_timeout_ms`` is the request timeout of rules without an MCP
+    backend (see :func:`_action`).
     """
     by_key = {ctx.gateway.key: ctx for ctx in gateways}
     existing = {gw.key for gw in resources.gateways}
@@ -72,7 +85,7 @@ def translate_http_routes(
         if not parents:
             continue
         gateways_used = {a.listener.gateway.key for a in attachments}
-        resolved = _resolve_rules(route, resolver, gateways_used, table)
+        resolved = _resolve_rules(route, resolver, gateways_used, table, request_timeout_ms)
         seen: set[int] = set()
         for att in attachments:
             if id(att.listener) not in seen:
@@ -259,12 +272,17 @@ class _ResolvedRules:
 
 
 def _resolve_rules(
-    route: HTTPRoute, resolver: BackendResolver, gateways: set[ObjectKey], table: RouteTable
+    route: HTTPRoute,
+    resolver: BackendResolver,
+    gateways: set[ObjectKey],
+    table: RouteTable,
+    request_timeout_ms: int,
 ) -> _ResolvedRules:
     actions: list[ir.RouteAction] = []
     failure: RefFailure | None = None
     for rule in route.spec.rules:
         weights: dict[str | None, int] = {}
+        streaming = False
         for ref in rule.backend_refs:
             result = resolver.resolve(
                 route_kind="HTTPRoute", route_namespace=route.namespace, ref=ref, gateways=gateways
@@ -279,21 +297,32 @@ def _resolve_rules(
                     table.upstreams[upstream_name] = result.upstream
                 for secret in result.secrets:
                     table.secrets[secret.name] = secret
+                if ref.weight > 0 and upstream_name is not None:
+                    streaming = streaming or result.streaming
             if ref.weight > 0:
                 weights[upstream_name] = weights.get(upstream_name, 0) + ref.weight
-        actions.append(_action(rule, weights))
+        actions.append(_action(weights, streaming=streaming, request_timeout_ms=request_timeout_ms))
     return _ResolvedRules(tuple(actions), failure)
 
 
-def _action(rule: HTTPRouteRule, weights: dict[str | None, int]) -> ir.RouteAction:
-    """Forward by weight; 500 when nothing is usable (no refs, all invalid, or all weight 0)."""
+def _action(weights: dict[str | None, int], *, streaming: bool, request_timeout_ms: int) -> ir.RouteAction:
+    """Forward by weight; 500 when nothing is usable (no refs, all invalid, or all weight 0).
+
+    A rule that can send requests to a streaming (MCP) backend gets no request
+    timeout and :data:`MCP_IDLE_TIMEOUT_MS`, even if it also has other
+    backends: a route has one set of timeouts, and cutting an MCP stream
+    breaks the protocol, while the other backends only lose a safeguard (the
+    idle limit still ends a response that stalls).
+    """
     if not any(name is not None for name in weights):
         return ir.DirectResponse(500)
     backends = tuple(
         ir.WeightedBackend(name, weight)
         for name, weight in sorted(weights.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
     )
-    return ir.Forward(backends)
+    if streaming:
+        return ir.Forward(backends, request_timeout_ms=0, idle_timeout_ms=MCP_IDLE_TIMEOUT_MS)
+    return ir.Forward(backends, request_timeout_ms=request_timeout_ms)
 
 
 def _add_routes(route: HTTPRoute, att: _Attachment, resolved: _ResolvedRules, table: RouteTable) -> None:

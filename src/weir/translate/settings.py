@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from weir import DEFAULT_CONTROLLER_NAME
+from weir.ir import DEFAULT_REQUEST_TIMEOUT_MS
 
 #: Debian's (and most distributions') bundle of system-trusted CAs.
 DEFAULT_SYSTEM_TRUST_FILE = "/etc/ssl/certs/ca-certificates.crt"
+
+#: Networks the addresses of an external hostname must not be in, unless the
+#: GatewayClass's parameters or ``--egress-denied-cidrs`` say otherwise:
+#: "this network" (``0.0.0.0`` reaches this host), RFC 1918, shared address
+#: space (RFC 6598; Alibaba Cloud's metadata service is 100.100.100.200),
+#: loopback, link-local (the cloud metadata services at 169.254.169.254),
+#: and for IPv6 unspecified, loopback, unique-local (AWS's metadata service
+#: is fd00:ec2::254) and link-local. IPv4-mapped IPv6 forms of the IPv4
+#: networks are denied with them (see :class:`weir.ir.EgressGuard`).
+DEFAULT_DENIED_CIDRS: tuple[str, ...] = (
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "::/128",
+    "::1/128",
+    "fc00::/7",
+    "fe80::/10",
+)
 
 
 @dataclass(frozen=True)
@@ -19,9 +43,29 @@ class Settings:
     ``dns_resolvers``: ``(ip, port)`` of DNS servers for external hostnames
     (empty: the system resolver). ``system_trust_file``: the CA bundle used
     for ``wellKnownCACertificates: System`` and when an XBackend names no CA.
+    ``request_timeout_ms``: how long a request may take, end of request to
+    last byte of the response, on routes that do not go to an MCP backend
+    (those have no such limit); ``0`` means no limit.
+
+    Egress policy (see :mod:`weir.translate.egress`); each setting, when
+    given, replaces what GatewayClass parameters say, for every class:
+    ``egress_denied_cidrs``: networks the resolved addresses of external
+    hostnames must not be in; ``None`` (the default): each class's
+    parameters, else :data:`DEFAULT_DENIED_CIDRS`; ``()``: nothing is
+    denied. ``egress_allowed_hostnames``: hostname patterns (``api.example.com``,
+    ``*.example.com``) every XBackend must match; ``None``: each class's
+    parameters, else any hostname; ``()``: any hostname. Non-empty
+    ``dns_resolvers`` likewise replace the resolvers of class parameters.
     """
 
     controller_name: str = DEFAULT_CONTROLLER_NAME
     bind_address: str = "127.0.0.1"
     dns_resolvers: tuple[tuple[str, int], ...] = ()
     system_trust_file: str = DEFAULT_SYSTEM_TRUST_FILE
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    egress_denied_cidrs: tuple[str, ...] | None = None
+    egress_allowed_hostnames: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for cidr in self.egress_denied_cidrs or ():
+            ipaddress.ip_network(cidr)  # ValueError for a typo, host bits included

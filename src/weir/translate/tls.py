@@ -6,6 +6,7 @@ degrades to plaintext or to skipping verification.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -52,7 +53,7 @@ def server_validation(
     ``validation.hostname``; the certificate must carry one of
     ``subjectAltNames``, or else ``validation.hostname``. CA references are
     ConfigMaps or Secrets in ``namespace`` with a ``ca.crt`` key; several are
-    concatenated into one trusted bundle named ``ca/<secret_prefix>``.
+    concatenated into one trusted bundle named ``ca/<secret_prefix>/<content hash>``.
     """
     if validation is None:
         return TlsOrigination(
@@ -125,10 +126,11 @@ def server_validation(
                 f"{where}: {CA_KEY} is not a valid PEM certificate: {error}",
             )
         bundle.append(raw.strip() + "\n")
-    name = f"ca/{secret_prefix}"
+    pem = "".join(bundle)
+    name = f"ca/{secret_prefix}/{_digest(pem)}"
     return TlsOrigination(
         ir.UpstreamTLS(sni=validation.hostname, subject_alt_names=sans, trusted_ca=name),
-        (ir.TrustedCA(name, "".join(bundle)),),
+        (ir.TrustedCA(name, pem),),
     )
 
 
@@ -183,7 +185,20 @@ def client_certificate(
             error = "tls.key is not an unencrypted PEM private key"
     if error:
         return TlsProblem(st.R_INVALID, st.R_INVALID_CLIENT_CERTIFICATE_REF, f"{where}: {error}")
-    return ir.TlsCertificate(f"client-cert/{secret_prefix}", cert.decode(), key.decode())
+    name = f"client-cert/{secret_prefix}/{_digest(cert.decode() + key.decode())}"
+    return ir.TlsCertificate(name, cert.decode(), key.decode())
+
+
+def _digest(material: str) -> str:
+    """A short content hash for secret names.
+
+    Secrets are named by content so that a rotated CA bundle or client
+    certificate changes the cluster that uses it: Envoy then replaces the
+    cluster and drains its connections. Updating a secret in place over SDS
+    would leave pooled connections on the old certificate (or trusting a
+    removed CA) until they close, which can take an hour.
+    """
+    return hashlib.sha256(material.encode()).hexdigest()[:12]
 
 
 def _secret_text(resources: Resources, namespace: str, name: str) -> str | None:

@@ -18,25 +18,33 @@ listener carries the listener's name.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import address_pb2, config_source_pb2, extension_pb2
+from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, extension_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.rbac.v3 import rbac_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.clusters.common.dns.v3 import dns_pb2
 from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
+from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
+from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_matcher_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import string_pb2
@@ -63,6 +71,11 @@ UNRESOLVED_CLUSTER = "weir-unresolved-backend"
 #: client-sent copies included. The router's later
 #: ``x-envoy-expected-rq-timeout-ms`` is stopped by ``suppress_envoy_headers``.
 #: The ``original-*`` ones are defence in depth for rewrites weir may grow.
+#: ``x-request-id`` is not generated (``generate_request_id: false``) but a
+#: client's own would pass. Headers a client invents under the same prefixes
+#: (``x-envoy-anything``, ``x-forwarded-host``) cannot be listed here: the
+#: external upstream's cluster removes them by prefix (see
+#: :data:`EXTERNAL_HEADER_PREFIXES_TO_REMOVE`).
 EXTERNAL_REQUEST_HEADERS_TO_REMOVE = (
     "x-envoy-external-address",
     "x-envoy-internal",
@@ -70,6 +83,27 @@ EXTERNAL_REQUEST_HEADERS_TO_REMOVE = (
     "x-envoy-original-path",
     "x-forwarded-for",
     "x-forwarded-proto",
+    "x-request-id",
+)
+
+#: Request headers an external upstream's cluster removes, last thing before
+#: the request is encoded, whoever set them (client, connection manager or
+#: router): every name with one of these prefixes, and ``forwarded``
+#: (RFC 7239, the standard spelling of ``x-forwarded-*``) and ``x-request-id``.
+EXTERNAL_HEADER_PREFIXES_TO_REMOVE = ("x-envoy-", "x-forwarded-")
+EXTERNAL_HEADERS_TO_REMOVE = ("forwarded", "x-request-id")
+
+#: The egress guard: the RBAC policy that denies a network is named
+#: ``EGRESS_POLICY_PREFIX + CIDR``, so Envoy's response code details (in the
+#: access log and the 403's body) read
+#: ``rbac_access_denied_matched_policy[weir-denied-network:10.0.0.0/8]``.
+#: Its counters are ``cluster.<upstream>.rbac.denied`` and ``.allowed`` (the
+#: guard is the only RBAC filter on a cluster).
+EGRESS_POLICY_PREFIX = "weir-denied-network:"
+#: The body of the 403 a client gets when the guard refuses a request.
+EGRESS_DENIED_BODY = (
+    "weir egress guard: %UPSTREAM_CLUSTER% resolved to %UPSTREAM_HOST%, which is in a denied "
+    "network; no connection was made (%RESPONSE_CODE_DETAILS%)\n"
 )
 
 #: JSON access log fields; the ones that explain a failure are included
@@ -214,6 +248,7 @@ def _listener(listener: ir.Listener) -> Any:
         path_with_escaped_slashes_action=hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT,
         # Virtual host domains carry no port; ``Host: a.example:8080`` must match ``a.example``.
         strip_any_host_port=True,
+        local_reply_config=_local_replies(),
     )
     return listener_pb2.Listener(
         name=listener.name,
@@ -229,6 +264,32 @@ def _listener(listener: ir.Listener) -> Any:
             )
         ],
     )
+
+
+def _local_replies() -> Any:
+    """Envoy's own answers, reworded where its default says too little.
+
+    The egress guard (an RBAC filter on the cluster) answers ``403 RBAC:
+    access denied``, which RBAC cannot change per filter. This mapper, on
+    the connection manager that relays that answer, selects it by its
+    response code details (a CEL filter: the policy names are weir's) and
+    replaces the body with one naming the upstream and the refused address.
+    """
+    denied = cel_pb2.ExpressionFilter(
+        expression=f"response.code_details.startsWith('rbac_access_denied_matched_policy[{EGRESS_POLICY_PREFIX}')"
+    )
+    body = format_pb2.SubstitutionFormatString(
+        text_format_source=base_pb2.DataSource(inline_string=EGRESS_DENIED_BODY)
+    )
+    mapper = hcm_pb2.ResponseMapper(
+        filter=accesslog_pb2.AccessLogFilter(
+            extension_filter=accesslog_pb2.ExtensionFilter(
+                name="envoy.access_loggers.extension_filters.cel", typed_config=_any(denied)
+            )
+        ),
+        body_format_override=body,
+    )
+    return hcm_pb2.LocalReplyConfig(mappers=[mapper])
 
 
 def _access_log() -> Any:
@@ -275,6 +336,14 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         raise ValueError(f"route {route.name!r}: Forward without backends")
     chosen = [_upstream_of(route.name, b, upstreams) for b in backends]
     action = out.route
+    # Always explicit, 0 included (Envoy: no limit). The idle timeout of the
+    # route replaces the connection manager's stream idle timeout. No filter
+    # on the way (router; on clusters, header-only ones) buffers bodies, so
+    # responses, event streams included, are passed on as they arrive.
+    if route.action.request_timeout_ms < 0 or route.action.idle_timeout_ms < 0:
+        raise ValueError(f"route {route.name!r}: negative timeout")
+    action.timeout.CopyFrom(_duration_ms(route.action.request_timeout_ms))
+    action.idle_timeout.CopyFrom(_duration_ms(route.action.idle_timeout_ms))
     if any(upstream is None for upstream in chosen):
         action.cluster_not_found_response_code = route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR
     if len(backends) == 1:
@@ -345,16 +414,98 @@ def _cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
     else:
         # The DNS cluster extension, not the deprecated ``type: STRICT_DNS``.
         out.cluster_type.name = "envoy.cluster.dns"
-        out.cluster_type.typed_config.CopyFrom(_any(_dns_cluster(dns)))
+        out.cluster_type.typed_config.CopyFrom(_any(_dns_cluster(destination.dns or dns)))
         out.load_assignment.CopyFrom(
             _load_assignment(upstream.name, [(destination.hostname, destination.port)])
         )
     options = _http_protocol_options(upstream)
+    # The egress guard lives here, with the HTTP options: a cluster that some
+    # day carries no HTTP (raw TCP) needs another way to enforce it.
+    options.http_filters.extend(_upstream_filters(upstream))
     out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(_any(options))
     if upstream.tls is not None:
         out.transport_socket.name = "envoy.transport_sockets.tls"
         out.transport_socket.typed_config.CopyFrom(_any(_upstream_tls(upstream.tls)))
     return out
+
+
+def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
+    """HTTP filters of the cluster: they run once a host is chosen for a request, before any connection.
+
+    An external hostname gets the egress guard (when it denies something) and
+    the removal of internal headers; the codec ends a non-empty chain. Other
+    upstreams keep Envoy's default chain (the codec alone).
+    """
+    filters = []
+    guard = upstream.egress_guard
+    if guard is not None and guard.denied_networks:
+        filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_any(_egress_guard(guard))))
+    if upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName):
+        strip = _any(_strip_internal_headers())
+        filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))
+    if filters:
+        codec = upstream_codec_pb2.UpstreamCodec()
+        filters.append(hcm_pb2.HttpFilter(name="envoy.filters.http.upstream_codec", typed_config=_any(codec)))
+    return filters
+
+
+def _egress_guard(guard: ir.EgressGuard) -> Any:
+    """An RBAC filter denying requests whose chosen upstream address is in a denied network.
+
+    One DENY policy per network, named after it (the name shows in the
+    response code details). The ``upstream_ip_port`` matcher compares
+    addresses as written, and ``::ffff:10.0.0.1`` is not inside ``10.0.0.0/8``
+    although connecting to it reaches ``10.0.0.1``; each IPv4 network is
+    therefore also denied in its IPv4-mapped IPv6 form (``::ffff:10.0.0.0/104``).
+    The same matcher in the listener's RBAC filter would fail open (no
+    upstream address is known there yet); on the cluster it works.
+    """
+    policies = {}
+    for cidr in guard.denied_networks:
+        net = ipaddress.ip_network(cidr)
+        ranges = [(str(net.network_address), net.prefixlen)]
+        if isinstance(net, ipaddress.IPv4Network):
+            ranges.append((f"::ffff:{net.network_address}", 96 + net.prefixlen))
+        policies[EGRESS_POLICY_PREFIX + str(net)] = rbac_pb2.Policy(
+            permissions=[_upstream_ip(address, length) for address, length in ranges],
+            principals=[rbac_pb2.Principal(any=True)],
+        )
+    rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies=policies)
+    return rbac_filter_pb2.RBAC(rules=rules)
+
+
+def _upstream_ip(address: str, prefix_len: int) -> Any:
+    matcher = upstream_ip_port_matcher_pb2.UpstreamIpPortMatcher(
+        upstream_ip=address_pb2.CidrRange(
+            address_prefix=address, prefix_len=wrappers_pb2.UInt32Value(value=prefix_len)
+        )
+    )
+    return rbac_pb2.Permission(
+        matcher=extension_pb2.TypedExtensionConfig(
+            name="envoy.rbac.matchers.upstream_ip_port", typed_config=_any(matcher)
+        )
+    )
+
+
+def _strip_internal_headers() -> Any:
+    """A header mutation removing :data:`EXTERNAL_HEADER_PREFIXES_TO_REMOVE` and friends.
+
+    As a cluster filter it runs after the router, so it also catches headers
+    the router adds, and it can match by prefix, which route-level removal
+    cannot.
+    """
+    mutations = [
+        mutation_rules_pb2.HeaderMutation(
+            remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
+                key_matcher=string_pb2.StringMatcher(prefix=prefix, ignore_case=True)
+            )
+        )
+        for prefix in EXTERNAL_HEADER_PREFIXES_TO_REMOVE
+    ]
+    mutations.extend(mutation_rules_pb2.HeaderMutation(remove=name) for name in EXTERNAL_HEADERS_TO_REMOVE)
+    return header_mutation_pb2.HeaderMutation(
+        mutations=header_mutation_pb2.Mutations(request_mutations=mutations)
+    )
 
 
 def _load_assignment(cluster: str, addresses: Iterable[tuple[str, int]]) -> Any:
@@ -393,17 +544,20 @@ def _dns_resolver(dns: ir.DnsSettings) -> Any:
     seconds within the bound (c-ares counts in seconds, at least 1) caps it.
     It is set with and without custom resolvers, since the system's resolver
     can be silent too. Custom resolvers replace the system's
-    (``use_resolvers_as_fallback: false``), and this host's search domains,
-    meaningless to them, are not appended.
+    (``use_resolvers_as_fallback: false``). This host's search domains are
+    never appended, system resolver included: an external hostname is fully
+    qualified, and in a Kubernetes pod (``ndots:5``) ``openai.com`` would
+    first be tried as ``openai.com.svc.cluster.local``, the Service
+    ``openai`` of a namespace ``com``.
     """
     config = cares_dns_resolver_pb2.CaresDnsResolverConfig(
         query_timeout_seconds=wrappers_pb2.UInt64Value(value=max(1, dns.lookup_timeout_ms // 1000)),
         query_tries=wrappers_pb2.UInt32Value(value=1),
     )
+    config.dns_resolver_options.no_default_search_domain = True
     if dns.resolvers:
         config.resolvers.extend(_socket_address(host, port) for host, port in dns.resolvers)
         config.use_resolvers_as_fallback = False
-        config.dns_resolver_options.no_default_search_domain = True
     return extension_pb2.TypedExtensionConfig(
         name="envoy.network.dns_resolver.cares", typed_config=_any(config)
     )
