@@ -17,6 +17,18 @@ from typing import Any
 #: Name of the static cluster through which Envoy reaches the ADS server.
 XDS_CLUSTER = "weir-xds"
 
+#: Extensions Envoy must load at start for what weir serves over ADS: internal
+#: listeners (in-process, no socket), through which TCP listeners reach guarded
+#: upstreams (``weir.xds.build.TCP_EGRESS``). Without it Envoy rejects them.
+BOOTSTRAP_EXTENSIONS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "envoy.bootstrap.internal_listener",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener"
+        },
+    },
+)
+
 
 def bootstrap(
     *,
@@ -94,6 +106,7 @@ def bootstrap(
                 }
             ]
         },
+        "bootstrap_extensions": [dict(ext) for ext in BOOTSTRAP_EXTENSIONS],
         "overload_manager": {
             "resource_monitors": [
                 {

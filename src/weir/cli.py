@@ -165,6 +165,13 @@ def run(
     log_level: Annotated[str, typer.Option(help="weir's log level.")] = "info",
     egress_denied_cidrs: EgressDeniedCidrs = None,
     egress_allowed_hostnames: EgressAllowedHostnames = None,
+    envoy_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Envoy worker threads (--concurrency). Default: the number of CPUs, at most 2.",
+        ),
+    ] = None,
 ) -> None:
     """Serve Gateway API manifests from files and folders, reloading them when they change."""
     from weir.controller import Controller, Options, run_until_signalled
@@ -183,7 +190,12 @@ def run(
     controller = Controller(
         FilesProvider([str(p) for p in file]),
         settings,
-        Options(admin_host=host, admin_port=port, envoy_log_level=envoy_log_level),
+        Options(
+            admin_host=host,
+            admin_port=port,
+            envoy_log_level=envoy_log_level,
+            envoy_concurrency=envoy_concurrency,
+        ),
     )
     try:
         asyncio.run(run_until_signalled(controller))
@@ -276,7 +288,7 @@ def status(
 
 @app.command()
 def crds() -> None:
-    """Print the CustomResourceDefinitions weir defines (XBackend) as YAML, generated from its models."""
+    """Print the CustomResourceDefinitions weir defines (XBackend, GatewayClassConfig) as YAML."""
     from weir.api.crds import render
 
     sys.stdout.write(render())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -32,10 +33,10 @@ from typing import Any, Protocol
 
 from google.protobuf.message import Message
 
-from weir import __version__
+from weir import __version__, ir
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
-from weir.envoy import EnvoyProcess, ExitInfo, bootstrap, listener_bound
+from weir.envoy import EnvoyError, EnvoyProcess, ExitInfo, bootstrap, listener_bound
 from weir.loader import Problem
 from weir.resources import Resources
 from weir.status_store import StatusStore
@@ -275,8 +276,17 @@ class Controller:
         listeners = current.translation.ir.listeners
         bound: set[tuple[str, int]] = set()
         if envoy_up and (accepted or rejection):
+            # A TCP listener is not probed by connecting: Envoy would open a
+            # connection to its backend for each probe. Envoy's list of active
+            # listeners says whether it serves one (a socket that cannot be
+            # bound makes Envoy reject the listener instead).
+            active = await self._active_listeners() if any(_is_tcp(lst) for lst in listeners) else set()
             for listener in listeners:
-                if await listener_bound(listener.address, listener.port):
+                if _is_tcp(listener):
+                    ok = listener.name in active
+                else:
+                    ok = await listener_bound(listener.address, listener.port)
+                if ok:
                     bound.add((listener.address, listener.port))
         # Envoy names the listeners it could not add ("... listener(s) 127.0.0.1:8080: cannot bind ...").
         named = frozenset(
@@ -306,6 +316,19 @@ class Controller:
         self._store.publish(statuses)
         if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
             log.debug("retired clusters and secrets no route uses any more")
+
+    async def _active_listeners(self) -> set[str]:
+        """Names of the listeners Envoy is serving (admin ``/listeners``); empty if it does not answer."""
+        if self._envoy is None:
+            return set()
+        try:
+            code, body = await self._envoy.admin_get("/listeners?format=json")
+            if code != 200:
+                return set()
+            data = json.loads(body)
+            return {str(entry["name"]) for entry in data.get("listener_statuses", [])}
+        except (OSError, TimeoutError, ValueError, KeyError, TypeError, EnvoyError):
+            return set()
 
     def statuses(self) -> Mapping[ObjectKey, dict[str, Any]]:
         """The statuses currently published (with ``lastTransitionTime``)."""
@@ -353,6 +376,10 @@ class Controller:
             "problems": [p.to_data() for p in current.problems],
             "objects": objects,
         }
+
+
+def _is_tcp(listener: ir.AnyListener) -> bool:
+    return isinstance(listener, ir.TcpListener)
 
 
 def _keep_retiring(

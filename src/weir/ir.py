@@ -152,6 +152,37 @@ class Listener:
     virtual_hosts: tuple[VirtualHost, ...]
 
 
+#: How long a relayed TCP connection may go without a byte in either direction
+#: by default (Envoy's own default for TCP proxying).
+DEFAULT_TCP_IDLE_TIMEOUT_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class TcpListener:
+    """A socket Envoy binds, relaying the bytes of each connection to one backend, unchanged.
+
+    Each accepted connection goes to one of ``backends``, chosen by weight,
+    and its bytes flow both ways until either side closes (a half-close is
+    passed on) or nothing moved for ``idle_timeout_ms`` (``0``: no limit).
+    A backend whose ``upstream`` is ``None`` (a reference that failed to
+    resolve) gets its share of connections closed as soon as they are
+    accepted, as the Gateway API requires; with no backends at all every
+    connection is closed that way. Every upstream named is of protocol
+    :attr:`UpstreamProtocol.TCP`. The socket belongs to this listener alone:
+    ``name`` is ``address:port`` as for :class:`Listener`, and no two IR
+    listeners of either kind share a socket.
+    """
+
+    name: str
+    address: str
+    port: int
+    backends: tuple[WeightedBackend, ...]
+    idle_timeout_ms: int = DEFAULT_TCP_IDLE_TIMEOUT_MS
+
+
+AnyListener = Listener | TcpListener
+
+
 # --------------------------------------------------------------------------
 # Upstreams
 # --------------------------------------------------------------------------
@@ -186,17 +217,21 @@ class DnsName:
 
 
 class UpstreamProtocol(enum.Enum):
-    """How Envoy speaks HTTP to an upstream.
+    """What Envoy speaks to an upstream.
 
     ``HTTP1``: HTTP/1.1 only. ``HTTP2``: HTTP/2 only (ALPN ``h2`` over TLS,
     prior knowledge (h2c) in plaintext). ``AUTO``: ALPN decides between h2 and
     http/1.1; only meaningful with TLS (translation uses ``HTTP1`` for
-    plaintext).
+    plaintext). ``TCP``: no HTTP at all, the bytes of a :class:`TcpListener`'s
+    connections, relayed unchanged (inside TLS when the upstream has TLS);
+    only TCP listeners use such upstreams, and only such upstreams serve
+    them.
     """
 
     HTTP1 = "http1"
     HTTP2 = "http2"
     AUTO = "auto"
+    TCP = "tcp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +276,13 @@ class EgressGuard:
     The address chosen for each request is checked before any connection is
     made: one inside ``denied_networks`` (CIDRs in canonical form, sorted)
     answers the client 403 with a body that names the address, and the
-    refusal is counted and logged. An IPv4-mapped IPv6 address
-    (``::ffff:10.0.0.1``) is checked as the IPv4 address it reaches. When a
-    name resolves to several addresses, only the requests that would go to a
-    denied one are refused. Empty: nothing is denied.
+    refusal is counted and logged. For a ``TCP`` upstream the check is the
+    same, per connection, and a refused connection is closed before any
+    byte is relayed (there is no HTTP to answer with). An IPv4-mapped IPv6
+    address (``::ffff:10.0.0.1``) is checked as the IPv4 address it reaches.
+    When a name resolves to several addresses, only the requests (or
+    connections) that would go to a denied one are refused. Empty: nothing
+    is denied.
     """
 
     denied_networks: tuple[str, ...] = ()
@@ -254,12 +292,14 @@ class EgressGuard:
 class Upstream:
     """A destination requests are forwarded to (an Envoy cluster).
 
-    ``name`` is ``service/NS/NAME/PORT`` or ``xbackend/NS/NAME``.
+    ``name`` is ``service/NS/NAME/PORT`` (``service/NS/NAME/PORT/tcp`` for
+    the raw TCP use of a Service port by a TCPRoute) or ``xbackend/NS/NAME``.
     ``host_header``, when set, replaces the request's Host (``:authority``)
     when this upstream is chosen; XBackends set it to the external hostname
-    so the request is valid for the real server. ``egress_guard`` is set on
-    every upstream that is an external hostname (``None``: no guard, as for
-    Services, whose addresses their owners choose).
+    so the request is valid for the real server (``TCP`` upstreams have
+    none). ``egress_guard`` is set on every upstream that is an external
+    hostname (``None``: no guard, as for Services, whose addresses their
+    owners choose).
     """
 
     name: str
@@ -316,9 +356,13 @@ class DnsSettings:
 
 @dataclass(frozen=True, slots=True)
 class IR:
-    """Everything the data plane must do. Tuples are sorted by name."""
+    """Everything the data plane must do. Tuples are sorted by name.
 
-    listeners: tuple[Listener, ...] = ()
+    ``listeners`` holds HTTP and TCP listeners alike (both bind a socket);
+    their names, ``address:port``, are unique across both kinds.
+    """
+
+    listeners: tuple[AnyListener, ...] = ()
     upstreams: tuple[Upstream, ...] = ()
     secrets: tuple[Secret, ...] = ()
     dns: DnsSettings = DnsSettings()
@@ -341,7 +385,9 @@ def to_data(value: Any) -> Any:
         }
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
-        if isinstance(value, (Forward, DirectResponse, StaticEndpoints, DnsName, TrustedCA)):
+        if isinstance(
+            value, (Forward, DirectResponse, StaticEndpoints, DnsName, TrustedCA, Listener, TcpListener)
+        ):
             out["type"] = type(value).__name__
         for field in dataclasses.fields(value):
             out[_camel(field.name)] = to_data(getattr(value, field.name))

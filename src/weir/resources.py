@@ -19,6 +19,7 @@ from typing import TypeVar
 from weir.api.core_v1 import ConfigMap, Namespace, Secret, Service
 from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1 import Gateway, GatewayClass, HTTPRoute
+from weir.api.gateway_v1alpha2 import TCPRoute
 from weir.api.gateway_v1beta1 import ReferenceGrant
 from weir.api.meta import KubeObject, ObjectKey
 from weir.api.xbackend_v1alpha1 import XBackend
@@ -79,6 +80,10 @@ class Resources:
     @property
     def http_routes(self) -> tuple[HTTPRoute, ...]:
         return self.all(HTTPRoute)
+
+    @property
+    def tcp_routes(self) -> tuple[TCPRoute, ...]:
+        return self.all(TCPRoute)
 
     @property
     def reference_grants(self) -> tuple[ReferenceGrant, ...]:

@@ -3,7 +3,9 @@
 Translation produces conditions without times. :class:`StatusStore` adds
 ``lastTransitionTime``: a condition keeps the time it had when its
 ``status`` and ``reason`` are unchanged, and gets the current time when
-either changes or it is new. Conditions are matched by their place in the
+either changes or it is new. A condition that already carries a time (an entry
+written by another controller, kept as it was) is left alone. Conditions are
+matched by their place in the
 status: the top-level list, a listener (by ``name``) or a parent/ancestor
 entry (by reference and ``controllerName``).
 """
@@ -60,6 +62,8 @@ def _stamp(node: Any, previous: Any, now: str) -> None:
         if field == "conditions" and isinstance(value, list):
             old = {c.get("type"): c for c in before or [] if isinstance(c, dict)}
             for cond in value:
+                if "lastTransitionTime" in cond:
+                    continue  # another controller's condition, carried through as it was written
                 prior = old.get(cond.get("type"))
                 same = (
                     prior is not None

@@ -1,7 +1,13 @@
-"""``weir crds``: the XBackend CRD generated from the models, structural, with every upstream CEL rule."""
+"""``weir crds``: the XBackend and GatewayClassConfig CRDs generated from the models, structural.
+
+XBackend carries every upstream CEL rule; GatewayClassConfig states as patterns what its Python
+validators check.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import random
 import re
 import typing
 from collections.abc import Iterator
@@ -11,7 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from weir.api import cel, crds, xbackend_v1alpha1
+from weir.api import cel, crds, weir_v1alpha1, xbackend_v1alpha1
 from weir.cli import app
 
 runner = CliRunner()
@@ -207,6 +213,10 @@ def _conforms(value: Any, schema: dict[str, Any]) -> bool:
             return False
         if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
             return False
+    if isinstance(value, list):
+        return len(value) <= schema.get("maxItems", len(value)) and all(
+            _conforms(item, schema["items"]) for item in value
+        )
     if isinstance(value, dict):
         props = schema.get("properties", {})
         return all(k in value for k in schema.get("required", [])) and all(
@@ -215,7 +225,11 @@ def _conforms(value: Any, schema: dict[str, Any]) -> bool:
     return True
 
 
-def test_schema_is_structural(schema: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", ["xbackends.gateway.networking.x-k8s.io", "gatewayclassconfigs.weir.dev"])
+def test_schema_is_structural(documents: list[dict[str, Any]], name: str) -> None:
+    (doc,) = [d for d in documents if d["metadata"]["name"] == name]
+    (version,) = doc["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
     for path, n in walk(schema):
         where = path or "<root>"
         assert set(n) <= _ALLOWED, f"{where}: {sorted(set(n) - _ALLOWED)}"
@@ -320,5 +334,205 @@ def test_a_valid_manifest_fits_the_schema(schema: dict[str, Any]) -> None:
 
 def test_only_complete_models_get_a_crd() -> None:
     """weir's Gateway API models hold the fields weir reads; a CRD made of them would prune the rest."""
-    assert [r.model for r in crds.CRDS] == [xbackend_v1alpha1.XBackend]
+    assert [r.model for r in crds.CRDS] == [xbackend_v1alpha1.XBackend, weir_v1alpha1.GatewayClassConfig]
     assert typing.get_type_hints(xbackend_v1alpha1.XBackend)["spec"] is xbackend_v1alpha1.XBackendSpec
+
+
+# ------------------------------------------------------------------ GatewayClassConfig (weir.dev)
+
+
+@pytest.fixture(scope="module")
+def config_crd(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [d for d in documents if d["metadata"]["name"] == "gatewayclassconfigs.weir.dev"]
+    return found
+
+
+@pytest.fixture(scope="module")
+def config_schema(config_crd: dict[str, Any]) -> dict[str, Any]:
+    (version,) = config_crd["spec"]["versions"]
+    root: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return root
+
+
+def test_gateway_class_config_crd_names_scope_and_version(config_crd: dict[str, Any]) -> None:
+    assert config_crd["metadata"] == {"name": "gatewayclassconfigs.weir.dev"}  # no Gateway API channel
+    spec = config_crd["spec"]
+    assert spec["group"] == "weir.dev"
+    assert spec["scope"] == "Cluster"  # like the GatewayClass that names it
+    assert spec["names"] == {
+        "kind": "GatewayClassConfig",
+        "listKind": "GatewayClassConfigList",
+        "plural": "gatewayclassconfigs",
+        "singular": "gatewayclassconfig",
+    }
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
+    assert "subresources" not in version  # weir writes no status on it
+    root = version["schema"]["openAPIV3Schema"]
+    assert set(root["properties"]) == {"apiVersion", "kind", "metadata", "spec"}
+    assert "required" not in root, "spec may be omitted: every field has a default"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("spec", {"type": "object", "required": None}),
+        ("spec.egress", {"type": "object", "required": None}),
+        ("spec.egress.deniedCIDRs", {"type": "array", "maxItems": 64}),
+        ("spec.egress.deniedCIDRs[]", {"type": "string", "maxLength": 49}),
+        ("spec.egress.allowedHostnames", {"type": "array", "maxItems": 64}),
+        ("spec.egress.allowedHostnames[]", {"type": "string", "minLength": 1, "maxLength": 253}),
+        ("spec.dns.resolvers", {"type": "array", "maxItems": 8}),
+        ("spec.dns.resolvers[]", {"required": ["address"]}),
+        ("spec.dns.resolvers[].address", {"type": "string", "maxLength": 45}),
+        ("spec.dns.resolvers[].port", {"type": "integer", "minimum": 1, "maximum": 65535, "default": 53}),
+        (
+            "spec.dns.lookupTimeout",
+            {"type": "string", "maxLength": 28, "pattern": weir_v1alpha1._DURATION.pattern},
+        ),
+    ],
+)
+def test_gateway_class_config_constraints(
+    config_schema: dict[str, Any], path: str, expected: dict[str, Any]
+) -> None:
+    actual = node(config_schema, path)
+    assert {k: actual.get(k) for k in expected} == expected
+
+
+def test_gateway_class_config_example_fits_schema_and_model(config_schema: dict[str, Any]) -> None:
+    spec = {
+        "egress": {
+            "deniedCIDRs": ["10.0.0.0/8", "169.254.0.0/16", "fc00::/7", "::ffff:10.0.0.0/104", "192.0.2.1"],
+            "allowedHostnames": ["api.openai.com", "*.example.com"],
+        },
+        "dns": {
+            "resolvers": [{"address": "10.0.0.10", "port": 53}, {"address": "fd00::53"}],
+            "lookupTimeout": "2s",
+        },
+    }
+    assert _conforms(spec, node(config_schema, "spec"))
+    weir_v1alpha1.GatewayClassConfigSpec.model_validate(spec)
+    assert _conforms({}, node(config_schema, "spec"))
+
+
+def _validator_accepts(field: str, value: str) -> bool:
+    data = {
+        "cidr": {"egress": {"deniedCIDRs": [value]}},
+        "address": {"dns": {"resolvers": [{"address": value}]}},
+        "timeout": {"dns": {"lookupTimeout": value}},
+    }[field]
+    try:
+        weir_v1alpha1.GatewayClassConfigSpec.model_validate(data)
+    except ValueError:
+        return False
+    return True
+
+
+def _schema_accepts(config_schema: dict[str, Any], field: str, value: str) -> bool:
+    path = {
+        "cidr": "spec.egress.deniedCIDRs[]",
+        "address": "spec.dns.resolvers[].address",
+        "timeout": "spec.dns.lookupTimeout",
+    }[field]
+    return _conforms(value, node(config_schema, path))
+
+
+def _address_spellings(rng: random.Random) -> Iterator[str]:
+    """Valid IP addresses in every spelling ipaddress reads (compressed, exploded, dotted IPv4 tail)."""
+    fixed = [
+        "0.0.0.0",
+        "255.255.255.255",
+        "::",
+        "::1",
+        "1::",
+        "1:2:3:4:5:6:7::",
+        "::2:3:4:5:6:7:8",
+        "::1.2.3.4",
+        "0000:0000:0000:0000:0000:ffff:255.255.255.255",  # the longest: 45 characters, 49 with /128
+    ]
+    yield from fixed
+    for _ in range(300):
+        v4 = ipaddress.IPv4Address(rng.getrandbits(32))
+        v6 = ipaddress.IPv6Address(rng.getrandbits(128) >> rng.choice([0, 16, 64, 112]))
+        mapped = ipaddress.IPv6Address(f"::ffff:{v4}")
+        yield str(v4)
+        yield v6.compressed
+        yield v6.exploded
+        yield v6.exploded.upper()
+        yield f"::ffff:{v4}"
+        yield f"{mapped.exploded.rsplit(':', 2)[0]}:{v4}"
+
+
+def test_patterns_accept_every_address_and_network_the_controller_does(config_schema: dict[str, Any]) -> None:
+    """The schema is a necessary condition: it never refuses what the controller accepts in CIDR notation."""
+    rng = random.Random(4894)
+    for address in _address_spellings(rng):
+        assert _validator_accepts("address", address), address
+        assert _schema_accepts(config_schema, "address", address), address
+        ip = ipaddress.ip_address(address)
+        # The address as spelled, bare and as a host network; networks of other sizes, spelled both ways.
+        cidrs = {address, f"{address}/{ip.max_prefixlen}"}
+        for prefix in (0, rng.randrange(ip.max_prefixlen + 1)):
+            net = ipaddress.ip_network(f"{ip}/{prefix}", strict=False).network_address
+            cidrs |= {f"{net.compressed}/{prefix}", f"{net.exploded}/{prefix}"}
+        for cidr in cidrs:
+            assert _validator_accepts("cidr", cidr), cidr
+            assert _schema_accepts(config_schema, "cidr", cidr), cidr
+    for timeout in ["1s", "60s", "1000ms", "1m", "0h1m0s", "00001s", "59s999ms"]:
+        assert _validator_accepts("timeout", timeout), timeout
+        assert _schema_accepts(config_schema, "timeout", timeout), timeout
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "schema_says"),
+    [
+        # Refused by both.
+        ("cidr", "10.0.0.0/8 ", False),
+        ("cidr", "10/8", False),
+        ("cidr", "example.com/8", False),
+        ("cidr", "10.0.0.0/8/8", False),
+        ("cidr", "", False),
+        ("address", "dns.example.com", False),
+        ("address", "10.0.0.10:53", False),
+        ("address", "[fd00::53]", False),
+        ("timeout", "2", False),
+        ("timeout", "2 s", False),
+        ("timeout", "1.5s", False),
+        ("timeout", "1d", False),
+        # The pattern cannot see these; the controller refuses them.
+        ("cidr", "10.0.0.1/8", True),  # bits set beyond the prefix
+        ("cidr", "256.0.0.0/8", True),
+        ("cidr", "10.0.0.0/33", True),
+        ("cidr", "1:2:3:4:5:6:7:8:9/64", True),
+        ("address", "010.0.0.10", True),
+        ("address", "::1::2", True),
+        ("timeout", "500ms", True),  # out of range: 1s to 60s
+        ("timeout", "2m", True),
+    ],
+)
+def test_invalid_values(config_schema: dict[str, Any], field: str, value: str, schema_says: bool) -> None:
+    assert not _validator_accepts(field, value)
+    assert _schema_accepts(config_schema, field, value) is schema_says
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/255.0.0.0", "fe80::%eth0/64"])
+def test_schema_and_validator_refuse_what_is_not_cidr_notation_though_ipaddress_reads_it(
+    config_schema: dict[str, Any], value: str
+) -> None:
+    """A netmask after the ``/`` or a zone: Python's ipaddress reads them, CIDR notation has neither."""
+    assert not _validator_accepts("cidr", value)
+    assert not _schema_accepts(config_schema, "cidr", value)
+
+
+def test_a_schema_constraint_must_land_on_a_new_keyword_of_an_existing_field() -> None:
+    config = weir_v1alpha1.GatewayClassConfig
+    with pytest.raises(KeyError, match="deniedCIDR"):
+        crds.crd(crds.CustomResource(config, "x", schema_constraints={"spec.egress.deniedCIDR[]": {}}))
+    with pytest.raises(KeyError, match="not a list"):
+        crds.crd(crds.CustomResource(config, "x", schema_constraints={"spec.egress[]": {}}))
+    with pytest.raises(ValueError, match="already states"):
+        crds.crd(
+            crds.CustomResource(
+                config, "x", schema_constraints={"spec.egress.allowedHostnames[]": {"pattern": "^.*$"}}
+            )
+        )

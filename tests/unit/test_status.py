@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from weir.api.meta import ObjectKey
+from weir.loader import load_text
+from weir.resources import Resources
 from weir.status_store import StatusStore
+from weir.translate import Settings, translate
 from weir.translate import status as st
 from weir.translate.status import DataPlaneState, apply_data_plane
 
@@ -145,3 +149,144 @@ def test_a_nack_naming_another_listener_leaves_this_gateway_programmed() -> None
     other = ObjectKey("Gateway", "default", "other")
     result = apply_data_plane({other: gateway_status()}, {other: {"http": (("127.0.0.1", 9999),)}}, state)
     assert programmed_of(result[other]) == ("False", "Invalid")
+
+
+# ---------------------------------------------------------------- translate → StatusStore, end to end
+
+CA_PEM = """\
+-----BEGIN CERTIFICATE-----
+MIIByTCCAW+gAwIBAgIUae74KTkJq+l/824xi9/iNeuJp5AwCgYIKoZIzj0EAwIw
+QDEXMBUGA1UECgwOdHJ1c3RtZSB2MS4yLjExJTAjBgNVBAsMHFRlc3RpbmcgQ0Eg
+I00wdGE2VmpyN2VCNGFrczEwIBcNMDAwMTAxMDAwMDAwWhgPMzAwMDAxMDEwMDAw
+MDBaMEAxFzAVBgNVBAoMDnRydXN0bWUgdjEuMi4xMSUwIwYDVQQLDBxUZXN0aW5n
+IENBICNNMHRhNlZqcjdlQjRha3MxMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
+AdIwphPuK0wfyQnfFGYENRiobbVV6cHWksHfAJIwcj79rIW+84KuzUVZMws6VGhQ
+nWdAt7CW7v8NMO8NG6CRIKNFMEMwHQYDVR0OBBYEFDmQU0rSVrKXdG6gfMroESxJ
+JoG6MBIGA1UdEwEB/wQIMAYBAf8CAQkwDgYDVR0PAQH/BAQDAgGGMAoGCCqGSM49
+BAMCA0gAMEUCIQDOFeAsJDwCp04nbXDROm6h1FigiouiNQ1UJndi9lVZ6wIgB5Ba
+2P16x6Ott2Vrs5XjcTW1rkMUufBvUmOfmzE49CA=
+-----END CERTIFICATE-----
+"""
+
+
+def xbackend_manifests(one_ca: str = "ca") -> str:
+    """A Gateway used by a route to two XBackends verified with a CA ConfigMap; ``one``'s CA is ``one_ca``."""
+    head = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: apis, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {value: /one}}]
+    backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: one}]
+  - matches: [{path: {value: /two}}]
+    backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: two}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: ca, namespace: default}
+data:
+  ca.crt: |
+"""
+    text = head + "".join(f"    {line}\n" for line in CA_PEM.splitlines())
+    for name, ca in (("one", one_ca), ("two", "ca")):
+        text += f"""\
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {{name: {name}, namespace: default}}
+spec:
+  type: ExternalHostname
+  externalHostname: {{hostname: {name}.example.test}}
+  port: {{port: 443}}
+  tls:
+    mode: ServerOnly
+    validation:
+      hostname: {name}.example.test
+      caCertificateRefs: [{{group: "", kind: ConfigMap, name: {ca}}}]
+"""
+    return text
+
+
+def translated(text: str) -> Mapping[ObjectKey, dict[str, Any]]:
+    loaded, problems = load_text(text, "test.yaml")
+    assert not [p for p in problems if p.severity == "error"], [str(p) for p in problems]
+    return translate(Resources.from_objects(item.object for item in loaded), Settings()).statuses
+
+
+def condition_times(statuses: Mapping[ObjectKey, dict[str, Any]]) -> dict[tuple[str, ...], str]:
+    """Every condition's ``lastTransitionTime``, by object and place (entry, condition type)."""
+    found: dict[tuple[str, ...], str] = {}
+
+    def walk(key: str, where: tuple[str, ...], node: Any) -> None:
+        if isinstance(node, dict):
+            if "lastTransitionTime" in node and "type" in node:
+                found[(key, *where, node["type"])] = node["lastTransitionTime"]
+            for field, value in node.items():
+                walk(key, (*where, field), value)
+        elif isinstance(node, list):
+            for item in node:
+                place = str(item.get("name") or item.get("parentRef") or "") if isinstance(item, dict) else ""
+                walk(key, (*where, place), item)
+
+    for key, status in statuses.items():
+        walk(str(key), (), status)
+    return found
+
+
+def test_translate_twice_then_break_one_ca_moves_only_that_xbackends_times() -> None:
+    clock = Clock()
+    store = StatusStore(clock)
+    store.publish(translated(xbackend_manifests()))
+    first = condition_times(store.current)
+    keys = {key.kind for key in store.current}
+    assert {"GatewayClass", "Gateway", "HTTPRoute", "XBackend"} <= keys
+    assert first and set(first.values()) == {"2026-01-01T00:00:00Z"}
+
+    clock.tick()
+    assert store.publish(translated(xbackend_manifests())) == set(), "an unchanged reconcile changed status"
+    assert condition_times(store.current) == first
+
+    clock.tick()
+    one = ObjectKey("XBackend", "default", "one")
+    assert store.publish(translated(xbackend_manifests(one_ca="missing"))) == {one}
+    after = condition_times(store.current)
+    assert after.keys() == first.keys()
+    moved = {place: time for place, time in after.items() if time != first[place]}
+    assert moved, "the broken XBackend's conditions kept their times"
+    assert {place[0] for place in moved} == {str(one)}
+    assert {place[-1] for place in moved} == {"Accepted", "ResolvedRefs"}
+    assert set(moved.values()) == {"2026-01-01T00:02:00Z"}
+    [parent] = store.current[one]["parents"]
+    assert {c["type"]: (c["status"], c["reason"]) for c in parent["conditions"]} == {
+        "Accepted": ("False", "NoValidCACertificate"),
+        "ResolvedRefs": ("False", "InvalidCACertificateRef"),
+    }
+
+
+def test_other_controllers_entries_keep_their_times() -> None:
+    theirs = {
+        "parentRef": {"name": "gw"},
+        "controllerName": "example.com/other-controller",
+        "conditions": [
+            {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "theirs",
+             "lastTransitionTime": "2025-06-01T00:00:00Z"},
+        ],
+    }  # fmt: skip
+    key = ObjectKey("XBackend", "default", "api")
+    store = StatusStore(Clock())
+    store.publish({key: {"parents": [theirs, *route_status(st.R_ACCEPTED)["parents"]]}})
+    assert store.current[key]["parents"][0] == theirs

@@ -76,13 +76,31 @@ def test_empty_ir_has_every_type() -> None:
 
 
 def test_names_are_ir_names(merged_ir: ir.IR) -> None:
+    """Resources are named after their IR objects, plus the TCP egress path (which tcp.ir.yaml uses)."""
     resources = xds_build.build(merged_ir)
-    assert list(resources[LISTENER]) == sorted(x.name for x in merged_ir.listeners)
-    assert list(resources[ROUTE]) == list(resources[LISTENER])
-    assert list(resources[CLUSTER]) == sorted(x.name for x in merged_ir.upstreams)
+    egress = xds_build.TCP_EGRESS
+    http = [x.name for x in merged_ir.listeners if isinstance(x, ir.Listener)]
+    assert list(resources[LISTENER]) == sorted([x.name for x in merged_ir.listeners] + [egress])
+    assert list(resources[ROUTE]) == sorted([*http, egress])
+    assert list(resources[CLUSTER]) == sorted([x.name for x in merged_ir.upstreams] + [egress])
     assert list(resources[SECRET]) == sorted(x.name for x in merged_ir.secrets)
-    for name, message in {**resources[LISTENER], **resources[ROUTE]}.items():
+    for name, message in {**resources[LISTENER], **resources[ROUTE], **resources[CLUSTER]}.items():
         assert message.name == name
+
+
+def test_tcp_egress_path_only_when_a_tcp_listener_is_guarded() -> None:
+    plain = ir.Upstream("service/default/db/5432/tcp", ir.StaticEndpoints(()), ir.UpstreamProtocol.TCP)
+    listener = ir.TcpListener("127.0.0.1:1", "127.0.0.1", 1, (ir.WeightedBackend(plain.name, 1),))
+    resources = xds_build.build(ir.IR(listeners=(listener,), upstreams=(plain,)))
+    assert xds_build.TCP_EGRESS not in {name for by_name in resources.values() for name in by_name}
+    assert not resources[ROUTE]
+    # A TCP cluster carries no HTTP options unless it has a guard to run.
+    assert not resources[CLUSTER][plain.name].typed_extension_protocol_options
+
+    guarded = dataclasses.replace(plain, egress_guard=ir.EgressGuard(("10.0.0.0/8",)))
+    resources = xds_build.build(ir.IR(listeners=(listener,), upstreams=(guarded,)))
+    assert set(resources[ROUTE]) == {xds_build.TCP_EGRESS}
+    assert xds_build.TCP_EGRESS in resources[LISTENER] and xds_build.TCP_EGRESS in resources[CLUSTER]
 
 
 # --------------------------------------------------------------------------
@@ -212,6 +230,11 @@ def _route_to(upstream: str, **timeouts: int) -> ir.Listener:
 
 
 _CA = ir.TrustedCA("ca", "PEM")
+_DB = ir.Upstream("service/default/db/5432/tcp", ir.StaticEndpoints(()), ir.UpstreamProtocol.TCP)
+
+
+def _tcp_to(upstream: str, weight: int = 1, idle_timeout_ms: int = 1000, name: str = "t") -> ir.TcpListener:
+    return ir.TcpListener(name, "127.0.0.1", 2, (ir.WeightedBackend(upstream, weight),), idle_timeout_ms)
 
 
 @pytest.mark.parametrize(
@@ -231,6 +254,15 @@ _CA = ir.TrustedCA("ca", "PEM")
         (
             ir.IR(upstreams=(_tls_upstream(client_certificate="ca"),), secrets=(_CA,)),
             "no TlsCertificate secret",
+        ),
+        (ir.IR(listeners=(_route_to(_DB.name),), upstreams=(_DB,)), "speaks raw TCP"),
+        (ir.IR(listeners=(_tcp_to(_WEB.name),), upstreams=(_WEB,)), "speaks HTTP"),
+        (ir.IR(listeners=(_tcp_to("nope"),), upstreams=(_DB,)), "unknown upstream"),
+        (ir.IR(listeners=(_tcp_to(_DB.name, weight=0),), upstreams=(_DB,)), "weight"),
+        (ir.IR(listeners=(_tcp_to(_DB.name, idle_timeout_ms=-1),), upstreams=(_DB,)), "negative"),
+        (
+            ir.IR(listeners=(_route_to(_WEB.name), _tcp_to(_DB.name, name="l")), upstreams=(_WEB, _DB)),
+            "duplicate listener",
         ),
     ],
 )

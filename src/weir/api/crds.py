@@ -14,15 +14,23 @@ API server requires (https://kubernetes.io/docs/tasks/extend-kubernetes/custom-r
   ``x-kubernetes-validations`` at the node that carries them;
 * no titles or descriptions (weir's docstrings are about weir, not the API).
 
-Only kinds whose model is complete get a CRD: weir's models of the standard
-Gateway API kinds hold only the fields weir reads, and a CRD made from them
-would prune the rest; install those from the Gateway API release.
+Only kinds whose model is complete get a CRD: XBackend, and weir's own
+GatewayClassConfig. weir's models of the standard Gateway API kinds hold only
+the fields weir reads, and a CRD made from them would prune the rest; install
+those from the Gateway API release.
+
+Where a model checks a value with a Python validator instead of a declared
+constraint (GatewayClassConfig's CIDRs, IP addresses and duration, which get
+messages in the API's words that way), :attr:`CustomResource.schema_constraints`
+states in the schema what a pattern and a length can: a necessary condition,
+never stricter than the documented format. The validator stays the last word,
+in the controller and in standalone validation alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -30,7 +38,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from weir.api import xbackend_v1alpha1
+from weir.api import weir_v1alpha1, xbackend_v1alpha1
 from weir.api.meta import KubeObject
 
 __all__ = ["CRDS", "CustomResource", "crd", "openapi_schema", "render"]
@@ -46,6 +54,10 @@ class CustomResource:
     categories: tuple[str, ...] = ()
     #: ``gateway.networking.k8s.io/channel`` of the Gateway API release it comes from.
     channel: str | None = None
+    #: Constraints added to the generated schema, by path (``spec.a.b[]``: the items of list
+    #: ``b``), for values the model checks in Python only (see the module's docstring). A path
+    #: that is not in the schema, or a keyword the model already states, is an error.
+    schema_constraints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
     @property
     def group(self) -> str:
@@ -56,6 +68,27 @@ class CustomResource:
         return self.model.API_VERSION.rpartition("/")[2]
 
 
+#: An IPv4 address in dotted decimal, or an IPv6 address (``::`` shorthand and a dotted IPv4
+#: tail allowed). A superset: group and octet values and the count of groups are checked by
+#: ``ipaddress`` in the controller, which also accepts a zone (``%eth0``) and, for networks, a
+#: netmask after the ``/``; neither is CIDR notation, so the schema refuses them.
+_IP = r"([0-9]{1,3}(\.[0-9]{1,3}){3}|([0-9a-fA-F]{0,4}:){2,8}([0-9a-fA-F]{0,4}|[0-9]{1,3}(\.[0-9]{1,3}){3}))"
+#: The longest IP text: ``0000:0000:0000:0000:0000:ffff:255.255.255.255``.
+_IP_MAX = 45
+
+#: GatewayClassConfig: what its Python validators check (weir.api.weir_v1alpha1), as far as a
+#: schema can say it.
+_GATEWAY_CLASS_CONFIG_CONSTRAINTS: dict[str, dict[str, Any]] = {
+    # A network in CIDR notation; a bare address is taken as /32 or /128. That the address
+    # has no bits set beyond the prefix is for the controller.
+    "spec.egress.deniedCIDRs[]": {"pattern": f"^{_IP}(/[0-9]{{1,3}})?$", "maxLength": _IP_MAX + 4},
+    "spec.dns.resolvers[].address": {"pattern": f"^{_IP}$", "maxLength": _IP_MAX},
+    # Gateway API's Duration (GEP-2257), as in its CRDs. The range, 1s to 60s, is checked by
+    # the controller only: CEL could state it (duration(self) <= duration('60s')), but a CEL
+    # rule's message would replace the validator's, which says what DNS does with the value.
+    "spec.dns.lookupTimeout": {"pattern": "^([0-9]{1,5}(h|m|s|ms)){1,4}$", "maxLength": 28},
+}
+
 #: The CRDs ``weir crds`` prints.
 CRDS: tuple[CustomResource, ...] = (
     CustomResource(
@@ -64,6 +97,11 @@ CRDS: tuple[CustomResource, ...] = (
         short_names=("xbackend",),
         categories=("gateway-api",),
         channel="experimental",
+    ),
+    CustomResource(
+        weir_v1alpha1.GatewayClassConfig,
+        plural="gatewayclassconfigs",
+        schema_constraints=_GATEWAY_CLASS_CONFIG_CONSTRAINTS,
     ),
 )
 
@@ -137,7 +175,30 @@ def _object_schema(resource: CustomResource) -> dict[str, Any]:
     status = getattr(model, "STATUS", None)
     if isinstance(status, type) and issubclass(status, BaseModel):
         properties["status"] = openapi_schema(status)
-    return {"type": "object", "required": ["spec"], "properties": properties}
+    root: dict[str, Any] = {"type": "object", "properties": properties}
+    if model.model_fields["spec"].is_required():
+        root["required"] = ["spec"]
+    for path, constraints in resource.schema_constraints.items():
+        _constrain(root, path, constraints)
+    return root
+
+
+def _constrain(root: dict[str, Any], path: str, constraints: Mapping[str, Any]) -> None:
+    """Add ``constraints`` to the node at ``path`` (``a.b[].c``) of the schema ``root``."""
+    node = root
+    for part in path.split("."):
+        name = part.removesuffix("[]")
+        if name not in node.get("properties", {}):
+            raise KeyError(f"schema constraint for {path!r}: no property {name!r} (was it renamed?)")
+        node = node["properties"][name]
+        if part.endswith("[]"):
+            if node.get("type") != "array":
+                raise KeyError(f"schema constraint for {path!r}: {name!r} is not a list")
+            node = node["items"]
+    stated = sorted(set(constraints) & set(node))
+    if stated:
+        raise ValueError(f"schema constraint for {path!r}: the model already states {stated}")
+    node.update(constraints)
 
 
 def crd(resource: CustomResource) -> dict[str, Any]:

@@ -7,7 +7,7 @@ a model validator with the API server's message.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -232,8 +232,11 @@ class HTTPRouteFilter(Model):
     external_auth: dict[str, Any] | None = None
 
 
-class HTTPBackendRef(Model):
-    """A backend reference. ``port`` is required for Services (checked at translation)."""
+class BackendRef(Model):
+    """Gateway API ``BackendRef``: an object to forward to, and its share of the traffic.
+
+    ``port`` is required for Services (the upstream CRD's CEL rule, with its message).
+    """
 
     group: Group = ""
     kind: Kind = "Service"
@@ -241,13 +244,18 @@ class HTTPBackendRef(Model):
     namespace: Namespace | None = None
     port: PortNumber | None = None
     weight: int = Field(default=1, ge=0, le=1_000_000, strict=True)
-    filters: tuple[HTTPRouteFilter, ...] = Field(default=(), max_length=16)
 
     @model_validator(mode="after")
-    def _service_needs_port(self) -> HTTPBackendRef:
+    def _service_needs_port(self) -> Self:
         if self.group == "" and self.kind == "Service" and self.port is None:
             raise ValueError("Must have port for Service reference")
         return self
+
+
+class HTTPBackendRef(BackendRef):
+    """A backend reference of an HTTPRoute rule, with the filters applied to its share of requests."""
+
+    filters: tuple[HTTPRouteFilter, ...] = Field(default=(), max_length=16)
 
 
 class HTTPRouteTimeouts(Model):

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from weir.api import core_v1, discovery_v1, gateway_v1, gateway_v1beta1, weir_v1alpha1, xbackend_v1alpha1
+from weir.api import (
+    core_v1,
+    discovery_v1,
+    gateway_v1,
+    gateway_v1alpha2,
+    gateway_v1beta1,
+    weir_v1alpha1,
+    xbackend_v1alpha1,
+)
 from weir.api.meta import KubeObject
 
 #: Every kind weir understands, in the order translation depends on them.
@@ -16,6 +24,7 @@ MODELS: tuple[type[KubeObject], ...] = (
     gateway_v1.GatewayClass,
     gateway_v1.Gateway,
     gateway_v1.HTTPRoute,
+    gateway_v1alpha2.TCPRoute,
     gateway_v1beta1.ReferenceGrant,
     xbackend_v1alpha1.XBackend,
 )

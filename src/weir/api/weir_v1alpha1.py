@@ -59,6 +59,13 @@ class EgressConfig(Model):
             return None
         out = []
         for i, cidr in enumerate(value):
+            # ipaddress also takes netmasks ("/255.0.0.0") and IPv6 zones ("%eth0"); Envoy and
+            # the CRD schema take CIDR notation only.
+            _, slash, prefix = cidr.partition("/")
+            if "%" in cidr or (slash and not prefix.isdigit()):
+                raise ValueError(
+                    f"[{i}] {cidr!r} is not a network in CIDR notation (like 10.0.0.0/8 or fc00::/7)"
+                )
             try:
                 out.append(str(ipaddress.ip_network(cidr)))
             except ValueError:

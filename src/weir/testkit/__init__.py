@@ -4,12 +4,15 @@
 - :mod:`weir.testkit.upstream`: :class:`RecordingUpstream`, an HTTP/1.1 + HTTP/2
   "external API" that records what it saw.
 - :mod:`weir.testkit.dns`: :class:`DnsStub`, a UDP+TCP DNS server with a mutable table.
+- :mod:`weir.testkit.echo`: :class:`EchoServer`, a TCP echo server (plaintext or TLS)
+  that records connections, SNI and byte counts.
 - :mod:`weir.testkit.net`: loopback checks and :func:`free_port`.
 
 Every server here refuses to bind anywhere but 127.0.0.0/8 or ::1.
 """
 
 from weir.testkit.dns import DnsQuery, DnsStub
+from weir.testkit.echo import EchoConnection, EchoServer
 from weir.testkit.net import NonLoopbackAddressError, free_port, loopback_ok, require_loopback
 from weir.testkit.pki import (
     CertAuthority,
@@ -25,6 +28,8 @@ __all__ = [
     "CertAuthority",
     "DnsQuery",
     "DnsStub",
+    "EchoConnection",
+    "EchoServer",
     "IssuedCert",
     "NonLoopbackAddressError",
     "PemFiles",

@@ -24,6 +24,7 @@ from weir.translate.backends import BackendResolver
 from weir.translate.gateways import GatewayContext, accepted_classes, gateway_contexts, gateway_status
 from weir.translate.routes import RouteTable, translate_http_routes
 from weir.translate.settings import Settings
+from weir.translate.tcproutes import tcp_backends, translate_tcp_routes
 
 __all__ = ["Settings", "Translation", "translate"]
 
@@ -60,20 +61,26 @@ def translate(resources: Resources, settings: Settings) -> Translation:
             request_timeout_ms=settings.request_timeout_ms,
         )
     )
+    statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, table))
     # After every kind of route has resolved its backends: the policy depends on all users.
     _apply_egress_policy(resources, settings, classes, gateways, resolver, table)
     statuses.update(resolver.xbackend_statuses(settings.controller_name))
 
-    sockets: dict[tuple[str, int], None] = {}
+    # socket -> protocol; translation of gateways gave each socket to one protocol.
+    sockets: dict[tuple[str, int], str] = {}
     gateway_sockets: dict[ObjectKey, dict[str, tuple[tuple[str, int], ...]]] = {}
     for ctx in gateways:
         statuses[ctx.gateway.key] = gateway_status(ctx)
         per_listener = {lc.name: lc.sockets for lc in ctx.listeners if lc.valid}
         gateway_sockets[ctx.gateway.key] = per_listener
-        for socks in per_listener.values():
-            sockets.update(dict.fromkeys(socks))
+        for lc in ctx.listeners:
+            if lc.valid:
+                sockets.update(dict.fromkeys(lc.sockets, lc.protocol))
 
-    listeners = tuple(_listener(sock, table) for sock in sorted(sockets))
+    listeners = tuple(
+        _tcp_listener(sock, table) if sockets[sock] == "TCP" else _listener(sock, table)
+        for sock in sorted(sockets)
+    )
     return Translation(
         ir=ir.IR(
             listeners=listeners,
@@ -86,9 +93,18 @@ def translate(resources: Resources, settings: Settings) -> Translation:
     )
 
 
+def _listener_name(address: str, port: int) -> str:
+    return f"{address}:{port}" if ":" not in address else f"[{address}]:{port}"
+
+
+def _tcp_listener(socket: tuple[str, int], table: RouteTable) -> ir.TcpListener:
+    address, port = socket
+    return ir.TcpListener(_listener_name(address, port), address, port, table.tcp.get(socket, ()))
+
+
 def _listener(socket: tuple[str, int], table: RouteTable) -> ir.Listener:
     address, port = socket
-    name = f"{address}:{port}" if ":" not in address else f"[{address}]:{port}"
+    name = _listener_name(address, port)
     by_domain = table.entries.get(socket, {})
     virtual_hosts = []
     for domain in sorted(by_domain):
@@ -142,6 +158,12 @@ def _apply_egress_policy(
     for by_domain in table.entries.values():
         for entries in by_domain.values():
             entries[:] = [(key, _without_upstreams(route, refused)) for key, route in entries]
+    for socket, backends in table.tcp.items():
+        weights: dict[str | None, int] = {}
+        for backend in backends:
+            kept = None if backend.upstream in refused else backend.upstream
+            weights[kept] = weights.get(kept, 0) + backend.weight
+        table.tcp[socket] = tcp_backends(weights)
 
 
 def _without_upstreams(route: ir.Route, refused: set[str]) -> ir.Route:

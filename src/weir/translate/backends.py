@@ -17,7 +17,7 @@ from typing import Any
 from weir import ir
 from weir.api.core_v1 import Service, ServicePort
 from weir.api.gateway_v1 import GROUP as GATEWAY_GROUP
-from weir.api.gateway_v1 import HTTPBackendRef
+from weir.api.gateway_v1 import BackendRef
 from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.api.xbackend_v1alpha1 import XBackend
@@ -73,13 +73,17 @@ class BackendResolver:
         *,
         route_kind: str,
         route_namespace: str,
-        ref: HTTPBackendRef,
+        ref: BackendRef,
         gateways: set[ObjectKey],
     ) -> Resolved | RefFailure:
         """Resolve ``ref`` written in a route of ``route_kind`` in ``route_namespace``.
 
-        ``gateways`` are the Gateways the route is attached to; they become
-        parents in the status of a referenced XBackend.
+        ``route_kind`` also decides what the backend must speak: an
+        ``HTTPRoute`` needs HTTP (Service ports, XBackends of any protocol
+        but ``TCP``), a ``TCPRoute`` raw TCP (Service ports, XBackends of
+        protocol ``TCP``). ``gateways`` are the Gateways the route is
+        attached to; they become parents in the status of a referenced
+        XBackend.
         """
         namespace = ref.namespace or route_namespace
         target = f"{ref.kind} {namespace}/{ref.name}"
@@ -109,12 +113,13 @@ class BackendResolver:
                 f"allows {route_kind}s from {route_namespace} to refer to it",
             )
         if kind_group == "":
-            return self._service(namespace, ref)
-        return self._xbackend(namespace, ref, gateways)
+            return self._service(namespace, ref, tcp=route_kind == "TCPRoute")
+        return self._xbackend(route_kind, namespace, ref, gateways)
 
     # ------------------------------------------------------------ Services
 
-    def _service(self, namespace: str, ref: HTTPBackendRef) -> Resolved | RefFailure:
+    def _service(self, namespace: str, ref: BackendRef, *, tcp: bool) -> Resolved | RefFailure:
+        """A Service port; ``tcp``: for raw TCP (a TCPRoute), an upstream of its own (``.../tcp``)."""
         svc = self._resources.service(namespace, ref.name)
         if svc is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"Service {namespace}/{ref.name} does not exist")
@@ -124,6 +129,14 @@ class BackendResolver:
             return RefFailure(
                 st.R_BACKEND_NOT_FOUND,
                 f"Service {namespace}/{ref.name} has no port {ref.port} (its ports: {have})",
+            )
+        if tcp:
+            return Resolved(
+                ir.Upstream(
+                    name=f"service/{namespace}/{ref.name}/{port.port}/tcp",
+                    destination=ir.StaticEndpoints(self._endpoints(svc, port)),
+                    protocol=ir.UpstreamProtocol.TCP,
+                )
             )
         return Resolved(
             ir.Upstream(
@@ -153,7 +166,7 @@ class BackendResolver:
     # ------------------------------------------------------------ XBackends
 
     def _xbackend(
-        self, namespace: str, ref: HTTPBackendRef, gateways: set[ObjectKey]
+        self, route_kind: str, namespace: str, ref: BackendRef, gateways: set[ObjectKey]
     ) -> Resolved | RefFailure:
         xb = self._resources.get(XBackend, namespace, ref.name)
         if xb is None:
@@ -164,10 +177,18 @@ class BackendResolver:
                 f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
                 f"port {xb.spec.port.port}; omit the port or make them equal",
             )
-        if xb.spec.protocol == "TCP":
+        if route_kind == "TCPRoute" and xb.spec.protocol != "TCP":
+            protocol = xb.spec.protocol or "unset (HTTP)"
             return RefFailure(
                 st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol TCP, which an HTTPRoute cannot use",
+                f"XBackend {namespace}/{ref.name} has protocol {protocol}, which a TCPRoute cannot use; "
+                "a TCPRoute relays raw bytes: set the XBackend's protocol to TCP, or use an HTTPRoute",
+            )
+        if route_kind != "TCPRoute" and xb.spec.protocol == "TCP":
+            return RefFailure(
+                st.R_UNSUPPORTED_PROTOCOL,
+                f"XBackend {namespace}/{ref.name} has protocol TCP, which an HTTPRoute cannot use; "
+                "use a TCPRoute on a TCP listener",
             )
         self._xbackend_users[xb.key].update(gateways)
         verdict = self.xbackend_verdict(xb)
@@ -233,11 +254,9 @@ class BackendResolver:
             users = sorted(self._xbackend_users.get(xb.key, ()))
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation
-            others = [
-                p
-                for p in (xb.status or {}).get("parents", []) or []
-                if isinstance(p, dict) and p.get("controllerName") != controller_name
-            ]
+            previous = [p for p in (xb.status or {}).get("parents", []) or [] if isinstance(p, dict)]
+            others = [p for p in previous if p.get("controllerName") != controller_name]
+            had_ours = len(others) < len(previous)
             ours = [
                 {
                     "parentRef": {
@@ -251,7 +270,8 @@ class BackendResolver:
                 }
                 for gw in users
             ]
-            if ours or others:
+            # Written also when only stale entries of weir's were there, to remove them.
+            if ours or others or had_ours:
                 out[xb.key] = {"parents": (others + ours)[:32]}
         return out
 
@@ -314,7 +334,7 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
         destination=ir.DnsName(hostname, spec.port.port),
         protocol=_protocol(spec.protocol, tls_on=upstream_tls is not None),
         tls=upstream_tls,
-        host_header=hostname,
+        host_header=None if spec.protocol == "TCP" else hostname,
     )
     if upstream_tls is None:
         message = (
@@ -322,7 +342,11 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             "set tls.mode ServerOnly to encrypt and verify it"
         )
     else:
-        message = f"Traffic to {hostname}:{spec.port.port} uses TLS verified for {upstream_tls.sni}"
+        names = ", ".join(san.value for san in upstream_tls.subject_alt_names)
+        message = (
+            f"Traffic to {hostname}:{spec.port.port} uses TLS with SNI {upstream_tls.sni}; "
+            f"the certificate must name {names}"
+        )
     conds = (
         (st.ACCEPTED, True, st.R_ACCEPTED, message),
         (st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"),
@@ -331,7 +355,7 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
 
 
 def _protocol(protocol: str | None, *, tls_on: bool) -> ir.UpstreamProtocol:
-    """The HTTP version spoken to an XBackend (``TCP`` never gets here: HTTPRoutes refuse it).
+    """What is spoken to an XBackend: raw bytes for ``TCP`` (TCPRoutes only), else an HTTP version.
 
     ``HTTP2`` is HTTP/2 only: over TLS with ALPN ``h2``, in plaintext h2c with
     prior knowledge; a server that cannot speak it fails the request, there is
@@ -340,6 +364,8 @@ def _protocol(protocol: str | None, *, tls_on: bool) -> ir.UpstreamProtocol:
     ``MCP`` (streamable HTTP is plain HTTP) let ALPN choose over TLS and
     speak HTTP/1.1 in plaintext, where nothing can negotiate.
     """
+    if protocol == "TCP":
+        return ir.UpstreamProtocol.TCP
     if protocol in ("HTTP2", "H2C"):
         return ir.UpstreamProtocol.HTTP2
     if protocol == "HTTP11":

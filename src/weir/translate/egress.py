@@ -11,7 +11,8 @@ Three guard-rails, from the strictest to the most configurable:
    (``api.openai.com``, ``*.example.com``) an XBackend's hostname must match;
    otherwise ``Accepted=False``, reason ``NotAllowed``.
 3. **Denied networks**, per GatewayClass: checked by Envoy on the address
-   each request is about to be sent to (:class:`weir.ir.EgressGuard`), so a
+   each request (or, for a TCPRoute, each connection) is about to be sent
+   to (:class:`weir.ir.EgressGuard`), so a
    name that resolves, or later re-resolves, into a private network is
    refused before any connection is made.
 
@@ -33,6 +34,7 @@ allow-list.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -199,6 +201,12 @@ def normalise_networks(cidrs: Iterable[str]) -> tuple[str, ...]:
     Neighbours are not merged (``::/128`` and ``::1/128`` stay two networks,
     not ``::/127``): each keeps the name a reader will look for in logs.
     """
+    # Every XBackend asks with the same few lists: parse each list once.
+    return _normalise_networks(tuple(cidrs))
+
+
+@functools.lru_cache(maxsize=256)
+def _normalise_networks(cidrs: tuple[str, ...]) -> tuple[str, ...]:
     nets = sorted(
         {ipaddress.ip_network(cidr) for cidr in cidrs},
         key=lambda n: (n.version, int(n.network_address), n.prefixlen),

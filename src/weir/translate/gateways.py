@@ -14,7 +14,21 @@ from weir.translate.egress import class_config
 from weir.translate.settings import Settings
 
 #: Route kinds a listener of each protocol can carry, today.
-SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",)}
+SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "TCP": ("TCPRoute",)}
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Why a listener of a supported protocol is not served: another listener wants its socket.
+
+    ``reason`` is the listener's ``Accepted=False`` reason; ``protocol``
+    marks a Gateway API protocol conflict (``Conflicted=True``,
+    ``ProtocolConflict``).
+    """
+
+    reason: str
+    message: str
+    protocol: bool
 
 
 @dataclass
@@ -22,7 +36,9 @@ class ListenerContext:
     """One Gateway listener weir will serve, with what routes attach to it.
 
     ``attached`` counts routes that attached (for ``attachedRoutes``);
-    translation of routes increments it.
+    translation of routes increments it. ``valid`` is False for an
+    unsupported protocol and for a listener that lost its socket to another
+    (``conflict`` says why).
     """
 
     gateway: Gateway
@@ -31,10 +47,15 @@ class ListenerContext:
     kinds: tuple[str, ...]
     valid: bool
     attached: int = 0
+    conflict: Conflict | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def protocol(self) -> str:
+        return self.spec.protocol
 
 
 @dataclass
@@ -77,12 +98,82 @@ def accepted_classes(
 
 
 def gateway_contexts(resources: Resources, settings: Settings, classes: set[str]) -> list[GatewayContext]:
-    """A context for every Gateway of a class weir controls, sorted by namespace/name."""
+    """A context for every Gateway of a class weir controls, sorted by namespace/name.
+
+    Listeners that cannot have their socket are marked invalid first (see
+    :func:`_settle_sockets`), so each Gateway's ``Accepted`` counts them.
+    """
     out = []
     for gw in resources.all(Gateway):
         if gw.spec.gateway_class_name in classes:
             out.append(_gateway_context(gw, settings))
+    _settle_sockets(out)
+    for ctx in out:
+        _gateway_accepted(ctx)
     return out
+
+
+def _settle_sockets(gateways: list[GatewayContext]) -> None:
+    """Give every socket to listeners of one protocol; mark the others invalid.
+
+    HTTP listeners share a socket (virtual hosts tell them apart); a TCP
+    listener needs its socket for itself. Within one Gateway, listeners of
+    different protocols on one port are all refused (Gateway API:
+    ``Conflicted=True``, ``ProtocolConflict``; none of them is served).
+    Across Gateways, which all run in this one Envoy, the oldest Gateway
+    (creation time, then namespace/name) keeps the socket and a newer one's
+    listener is refused with ``PortUnavailable``: a Gateway created later
+    never takes a port away from one that is serving (without creation
+    times, as in plain files, namespace/name decides).
+    """
+    owners: dict[tuple[str, int], ListenerContext] = {}
+    ordered = sorted(
+        gateways,
+        key=lambda c: (c.gateway.metadata.creation_timestamp or "", c.gateway.namespace, c.gateway.name),
+    )
+    for ctx in ordered:
+        valid = [lc for lc in ctx.listeners if lc.valid]
+        for lc in valid:
+            rivals = [
+                o.name
+                for o in valid
+                if o is not lc and o.spec.port == lc.spec.port and o.protocol != lc.protocol
+            ]
+            if rivals:
+                lc.conflict = Conflict(
+                    st.R_INVALID,
+                    f"Port {lc.spec.port} is also used by listener {', '.join(rivals)} with another "
+                    f"protocol; one port serves one protocol: change the port of one of them",
+                    protocol=True,
+                )
+        for lc in valid:
+            if lc.conflict is not None:
+                lc.valid = False
+                continue
+            for socket in lc.sockets:
+                owner = owners.get(socket)
+                if owner is None or owner.gateway is lc.gateway:
+                    continue
+                if owner.protocol == "HTTP" and lc.protocol == "HTTP":
+                    continue
+                address, port = socket
+                lc.conflict = Conflict(
+                    st.R_PORT_UNAVAILABLE,
+                    f"{address}:{port} is already served by listener {owner.name} ({owner.protocol}) of "
+                    f"the older Gateway {owner.gateway.namespace}/{owner.gateway.name}; "
+                    + (
+                        "a TCP listener needs its port for itself"
+                        if "TCP" in (lc.protocol, owner.protocol)
+                        else "listeners of different protocols cannot share a port"
+                    )
+                    + ": use another port or another address",
+                    protocol=False,
+                )
+                lc.valid = False
+                break
+            else:
+                for socket in lc.sockets:
+                    owners.setdefault(socket, lc)
 
 
 def _gateway_context(gw: Gateway, settings: Settings) -> GatewayContext:
@@ -113,6 +204,14 @@ def _gateway_context(gw: Gateway, settings: Settings) -> GatewayContext:
     ctx.addresses = tuple(addresses) or (settings.bind_address,)
     for spec in gw.spec.listeners:
         ctx.listeners.append(_listener_context(gw, spec, ctx.addresses))
+    return ctx
+
+
+def _gateway_accepted(ctx: GatewayContext) -> None:
+    """Append the Gateway's ``Accepted`` condition once its listeners are settled."""
+    if not ctx.addresses:
+        return  # already refused (unsupported addresses)
+    gen = ctx.gateway.metadata.generation
     valid = [lc for lc in ctx.listeners if lc.valid]
     if len(valid) == len(ctx.listeners):
         ctx.conditions.append(st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Gateway is valid", gen))
@@ -127,7 +226,6 @@ def _gateway_context(gw: Gateway, settings: Settings) -> GatewayContext:
                 gen,
             )
         )
-    return ctx
 
 
 def _listener_context(gw: Gateway, spec: Listener, addresses: tuple[str, ...]) -> ListenerContext:
@@ -169,6 +267,15 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
 
 
 def _listener_conditions(lc: ListenerContext, gen: int) -> list[st.Condition]:
+    if lc.conflict is not None:
+        conds = [
+            st.condition(st.ACCEPTED, False, lc.conflict.reason, lc.conflict.message, gen),
+            st.condition(st.PROGRAMMED, False, st.R_INVALID, "The listener is not accepted", gen),
+            st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "No references to resolve", gen),
+        ]
+        if lc.conflict.protocol:
+            conds.append(st.condition(st.CONFLICTED, True, st.R_PROTOCOL_CONFLICT, lc.conflict.message, gen))
+        return conds
     if not lc.valid:
         message = (
             f"Protocol {lc.spec.protocol} is not supported by weir yet; "

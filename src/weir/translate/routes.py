@@ -39,6 +39,8 @@ class RouteTable:
     )
     upstreams: dict[str, ir.Upstream] = field(default_factory=dict)
     secrets: dict[str, ir.Secret] = field(default_factory=dict)
+    #: socket of a TCP listener -> the backends of the TCPRoute it forwards to
+    tcp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def translate_http_routes(
         )
         ours = [
             {
-                "parentRef": _parent_ref_data(ref, route.namespace),
+                "parentRef": parent_ref_data(ref, route.namespace),
                 "controllerName": controller_name,
                 "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
             }
@@ -133,31 +135,16 @@ def _attach(
         return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
     if unsupported:
         return refuse(st.R_UNSUPPORTED_VALUE, "weir does not support yet: " + "; ".join(unsupported))
-    candidates = [
-        lc
-        for lc in ctx.listeners
-        if (ref.section_name is None or lc.name == ref.section_name)
-        and (ref.port is None or lc.spec.port == ref.port)
-    ]
+    candidates = parent_listeners(ctx, ref)
     if not candidates:
-        wanted = " ".join(
-            part
-            for part in (
-                f"sectionName {ref.section_name!r}" if ref.section_name else "",
-                f"port {ref.port}" if ref.port else "",
-            )
-            if part
-        )
-        return refuse(
-            st.R_NO_MATCHING_PARENT,
-            f"Gateway {gw_key.namespace}/{gw_key.name} has no listener with {wanted}",
-        )
-    allowed = [lc for lc in candidates if lc.valid and _allows(resources, lc, route)]
+        return refuse(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
+    allowed = [
+        lc for lc in candidates if lc.valid and listener_allows(resources, lc, "HTTPRoute", route.namespace)
+    ]
     if not allowed:
         return refuse(
             st.R_NOT_ALLOWED_BY_LISTENERS,
-            f"No listener of Gateway {gw_key.namespace}/{gw_key.name} allows HTTPRoutes from namespace "
-            f"{route.namespace}; see the listeners' allowedRoutes",
+            not_allowed_message("HTTPRoute", route.namespace, candidates, gw_key),
         )
     attachments = []
     for lc in allowed:
@@ -173,18 +160,59 @@ def _attach(
     return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), attachments
 
 
-def _allows(resources: Resources, lc: ListenerContext, route: HTTPRoute) -> bool:
-    if "HTTPRoute" not in lc.kinds:
+def parent_listeners(ctx: GatewayContext, ref: ParentReference) -> list[ListenerContext]:
+    """The listeners of ``ctx`` that ``ref`` selects by ``sectionName`` and ``port`` (all when unset)."""
+    return [
+        lc
+        for lc in ctx.listeners
+        if (ref.section_name is None or lc.name == ref.section_name)
+        and (ref.port is None or lc.spec.port == ref.port)
+    ]
+
+
+def no_listener_message(gw_key: ObjectKey, ref: ParentReference) -> str:
+    """Why :func:`parent_listeners` found nothing."""
+    wanted = " ".join(
+        part
+        for part in (
+            f"sectionName {ref.section_name!r}" if ref.section_name else "",
+            f"port {ref.port}" if ref.port else "",
+        )
+        if part
+    )
+    return f"Gateway {gw_key.namespace}/{gw_key.name} has no listener with {wanted}"
+
+
+def not_allowed_message(
+    kind: str, namespace: str, candidates: list[ListenerContext], gw_key: ObjectKey
+) -> str:
+    """Why none of ``candidates`` takes a route of ``kind`` from ``namespace`` (``NotAllowedByListeners``)."""
+    gateway = f"Gateway {gw_key.namespace}/{gw_key.name}"
+    if not any(lc.valid and kind in lc.kinds for lc in candidates):
+        names = ", ".join(f"{lc.name} ({lc.protocol})" for lc in candidates)
+        return (
+            f"No listener of {gateway} takes {kind}s: {names}; a listener takes the route kinds of its "
+            "protocol (allowedRoutes.kinds may narrow them) and only when it is accepted"
+        )
+    return (
+        f"No listener of {gateway} allows {kind}s from namespace {namespace}; "
+        "see the listeners' allowedRoutes"
+    )
+
+
+def listener_allows(resources: Resources, lc: ListenerContext, kind: str, namespace: str) -> bool:
+    """Whether ``lc`` takes routes of ``kind`` from ``namespace`` (its kinds and ``allowedRoutes``)."""
+    if kind not in lc.kinds:
         return False
     namespaces = lc.spec.allowed_routes.namespaces
     if namespaces.from_ == "All":
         return True
     if namespaces.from_ == "Same":
-        return route.namespace == lc.gateway.namespace
+        return namespace == lc.gateway.namespace
     # Selector: matched against the labels of the route's Namespace object. Like the API
     # server, every namespace carries kubernetes.io/metadata.name, declared or not.
-    ns = resources.namespace(route.namespace)
-    labels = {**(ns.metadata.labels if ns else {}), "kubernetes.io/metadata.name": route.namespace}
+    ns = resources.namespace(namespace)
+    labels = {**(ns.metadata.labels if ns else {}), "kubernetes.io/metadata.name": namespace}
     return _selects(namespaces.selector, labels)
 
 
@@ -363,7 +391,8 @@ def _precedence(match: HTTPRouteMatch) -> SortKey:
     )
 
 
-def _parent_ref_data(ref: ParentReference, route_namespace: str) -> dict[str, Any]:
+def parent_ref_data(ref: ParentReference, route_namespace: str) -> dict[str, Any]:
+    """``parentRef`` as a route's status repeats it (namespace filled in)."""
     data: dict[str, Any] = {
         "group": ref.group,
         "kind": ref.kind,

@@ -21,11 +21,13 @@ from weir.api.meta import ObjectKey
 ACCEPTED = "Accepted"
 PROGRAMMED = "Programmed"
 RESOLVED_REFS = "ResolvedRefs"
+CONFLICTED = "Conflicted"
 
 # Reasons (constants of the Gateway API specification).
 R_ACCEPTED = "Accepted"
 R_PROGRAMMED = "Programmed"
 R_RESOLVED_REFS = "ResolvedRefs"
+CONFLICTED = "Conflicted"
 R_PENDING = "Pending"
 R_INVALID = "Invalid"
 R_INVALID_PARAMETERS = "InvalidParameters"
@@ -45,6 +47,8 @@ R_NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
 R_INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
 R_INVALID_CLIENT_CERTIFICATE_REF = "InvalidClientCertificateRef"
 R_ADDRESS_NOT_ASSIGNED = "AddressNotAssigned"
+R_PORT_UNAVAILABLE = "PortUnavailable"
+R_PROTOCOL_CONFLICT = "ProtocolConflict"
 
 PENDING_MESSAGE = "Waiting for Envoy to accept the configuration and bind the listener"
 

@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from weir import ir
@@ -179,10 +180,7 @@ def client_certificate(
         )
     error = _pem_certificates_error(cert.decode(errors="replace"))
     if error is None:
-        try:
-            load_pem_private_key(key, password=None)
-        except (ValueError, TypeError):
-            error = "tls.key is not an unencrypted PEM private key"
+        error = _key_error(cert, key)
     if error:
         return TlsProblem(st.R_INVALID, st.R_INVALID_CLIENT_CERTIFICATE_REF, f"{where}: {error}")
     name = f"client-cert/{secret_prefix}/{_digest(cert.decode() + key.decode())}"
@@ -199,6 +197,23 @@ def _digest(material: str) -> str:
     removed CA) until they close, which can take an hour.
     """
     return hashlib.sha256(material.encode()).hexdigest()[:12]
+
+
+def _key_error(cert_pem: bytes, key_pem: bytes) -> str | None:
+    """Why ``key_pem`` is not the private key of the first certificate in ``cert_pem``.
+
+    Envoy would reject the pair (``KEY_VALUES_MISMATCH``) and NACK the whole
+    secret; saying so here puts the reason on the XBackend instead.
+    """
+    try:
+        key = load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return "tls.key is not an unencrypted PEM private key"
+    leaf = x509.load_pem_x509_certificates(cert_pem)[0]
+    encoding, form = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(encoding, form) != leaf.public_key().public_bytes(encoding, form):
+        return "tls.key does not belong to the certificate in tls.crt"
+    return None
 
 
 def _secret_text(resources: Resources, namespace: str, name: str) -> str | None:

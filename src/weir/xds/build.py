@@ -12,8 +12,10 @@ change the output. Route order and backend order are kept: they are semantic.
 and ``weir translate`` output, with private key material redacted.
 
 Every resource is named after its IR object, verbatim, so a reader can follow
-a name from the IR to Envoy's ``/config_dump``. The route configuration of a
-listener carries the listener's name.
+a name from the IR to Envoy's ``/config_dump``. The route configuration of an
+HTTP listener carries the listener's name. One set of resources has no IR
+counterpart: :data:`TCP_EGRESS`, the internal path through which TCP
+listeners reach guarded upstreams (see :func:`_tcp_listener`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2, config_source_pb2, extension_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
@@ -43,6 +45,7 @@ from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
 from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_matcher_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
@@ -54,13 +57,19 @@ from google.protobuf.message import Message
 from weir import ir
 from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET
 
-__all__ = ["EXTERNAL_REQUEST_HEADERS_TO_REMOVE", "UNRESOLVED_CLUSTER", "build", "to_data"]
+__all__ = ["EXTERNAL_REQUEST_HEADERS_TO_REMOVE", "TCP_EGRESS", "UNRESOLVED_CLUSTER", "build", "to_data"]
 
 #: Cluster name used for a backend that failed to resolve. No upstream is ever
 #: called this (upstream names contain ``/``), so Envoy answers the route's
 #: ``cluster_not_found_response_code`` (500) for that share of requests, as the
-#: Gateway API requires.
+#: Gateway API requires; a TCP proxy closes that share of connections.
 UNRESOLVED_CLUSTER = "weir-unresolved-backend"
+
+#: The name of the internal listener, its route configuration and the cluster
+#: leading to it, through which a TCP listener with a guarded upstream relays
+#: its connections (see :func:`_tcp_listener`). No IR name looks like it (IR
+#: listener names contain ``:``, upstream names ``/``).
+TCP_EGRESS = "weir-tcp-egress"
 
 #: Headers removed from requests sent to an upstream with ``host_header`` (an
 #: external hostname): the design promises such requests carry no ``x-envoy-*``
@@ -129,6 +138,25 @@ ACCESS_LOG_FORMAT = {
     "downstream_remote_address": "%DOWNSTREAM_REMOTE_ADDRESS%",
 }
 
+#: JSON access log fields of TCP listeners (one line per connection, when it
+#: ends). For a listener relayed through :data:`TCP_EGRESS`, ``upstream_cluster``
+#: is that internal cluster; the internal listener's own line (HTTP fields,
+#: method ``CONNECT``, authority the TCP listener's name) names the real
+#: upstream, its address, and the guard's refusal in ``response_code_details``.
+TCP_ACCESS_LOG_FORMAT = {
+    "start_time": "%START_TIME%",
+    "listener": "%DOWNSTREAM_LOCAL_ADDRESS%",
+    "response_flags": "%RESPONSE_FLAGS%",
+    "connection_termination_details": "%CONNECTION_TERMINATION_DETAILS%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
+    "duration_ms": "%DURATION%",
+    "bytes_received": "%BYTES_RECEIVED%",
+    "bytes_sent": "%BYTES_SENT%",
+    "downstream_remote_address": "%DOWNSTREAM_REMOTE_ADDRESS%",
+}
+
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _TLS_VERSIONS = {"1.2": common_pb2.TlsParameters.TLSv1_2, "1.3": common_pb2.TlsParameters.TLSv1_3}
 _SAN_TYPES = {
@@ -155,13 +183,28 @@ def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
             _check_tls(upstream.name, upstream.tls, secrets)
 
     out: dict[str, dict[str, Message]] = {type_url: {} for type_url in PUSH_ORDER}
+    tunneled: list[ir.TcpListener] = []
     for name in sorted(listeners):
-        out[LISTENER][name] = _listener(listeners[name])
-        out[ROUTE][name] = _route_configuration(listeners[name], upstreams)
+        listener = listeners[name]
+        if isinstance(listener, ir.TcpListener):
+            chosen = _tcp_upstreams(listener, upstreams)
+            tunnel = any(_guarded(u) for u in chosen if u is not None)
+            out[LISTENER][name] = _tcp_listener(listener, chosen, tunnel=tunnel)
+            if tunnel:
+                tunneled.append(listener)
+        else:
+            out[LISTENER][name] = _listener(listener)
+            out[ROUTE][name] = _route_configuration(listener, upstreams)
     for name in sorted(upstreams):
         out[CLUSTER][name] = _cluster(upstreams[name], ir_.dns)
     for name in sorted(secrets):
         out[SECRET][name] = _secret(secrets[name])
+    if tunneled:
+        out[LISTENER][TCP_EGRESS] = _tcp_egress_listener()
+        out[ROUTE][TCP_EGRESS] = _tcp_egress_routes(tunneled, upstreams)
+        out[CLUSTER][TCP_EGRESS] = _tcp_egress_cluster()
+        for type_url in (LISTENER, ROUTE, CLUSTER):
+            out[type_url] = dict(sorted(out[type_url].items()))
     return out
 
 
@@ -292,11 +335,187 @@ def _local_replies() -> Any:
     return hcm_pb2.LocalReplyConfig(mappers=[mapper])
 
 
-def _access_log() -> Any:
+def _access_log(fields: Mapping[str, str] = ACCESS_LOG_FORMAT) -> Any:
     fmt = struct_pb2.Struct()
-    fmt.update(ACCESS_LOG_FORMAT)
+    fmt.update(fields)
     stdout = stream_pb2.StdoutAccessLog(log_format=format_pb2.SubstitutionFormatString(json_format=fmt))
     return accesslog_pb2.AccessLog(name="envoy.access_loggers.stdout", typed_config=_any(stdout))
+
+
+# --------------------------------------------------------------------------
+# TCP listeners
+# --------------------------------------------------------------------------
+
+
+def _tcp_upstreams(
+    listener: ir.TcpListener, upstreams: Mapping[str, ir.Upstream]
+) -> list[ir.Upstream | None]:
+    """The upstream of each backend (``None``: failed to resolve); refuses a broken IR."""
+    if listener.idle_timeout_ms < 0:
+        raise ValueError(f"listener {listener.name!r}: negative idle timeout")
+    chosen = []
+    for backend in listener.backends:
+        if backend.weight <= 0:
+            raise ValueError(f"listener {listener.name!r}: backend weight must be > 0")
+        upstream = _upstream_of(listener.name, backend, upstreams)
+        if upstream is not None and upstream.protocol is not ir.UpstreamProtocol.TCP:
+            raise ValueError(
+                f"listener {listener.name!r}: upstream {upstream.name!r} speaks HTTP, not raw TCP"
+            )
+        chosen.append(upstream)
+    return chosen
+
+
+def _guarded(upstream: ir.Upstream) -> bool:
+    return upstream.egress_guard is not None and bool(upstream.egress_guard.denied_networks)
+
+
+def _tcp_listener(listener: ir.TcpListener, chosen: list[ir.Upstream | None], *, tunnel: bool) -> Any:
+    """A listener whose single filter chain is a TCP proxy to the listener's backends.
+
+    The egress guard (an RBAC filter on the cluster) is an HTTP filter: it
+    runs in a router, once an address is chosen and before the connection to
+    it is made, and a TCP proxy has no router. Envoy 1.40 has no upstream
+    network filter that could refuse an address instead (the only one it
+    registers is for reverse tunnels), and the network RBAC filter on the
+    listener fails open: its ``upstream_ip_port`` matcher finds no upstream
+    address there. So when a backend of the listener is guarded (``tunnel``),
+    the TCP proxy does not connect itself: it tunnels each connection as an
+    HTTP/2 ``CONNECT`` to :data:`TCP_EGRESS`, an internal listener (in
+    process, no socket) whose router picks the backend by weight and
+    terminates the ``CONNECT`` into a plain TCP connection to the real
+    cluster; that cluster's guard refuses a denied address with 403 before
+    connecting, and the TCP proxy then closes the client's connection
+    without having sent it a byte. Otherwise the TCP proxy picks the
+    cluster by weight itself (``weighted_clusters``).
+    """
+    proxy = tcp_proxy_pb2.TcpProxy(
+        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
+        stat_prefix=listener.name.replace(":", "_"),
+        # Always explicit, 0 included (no limit).
+        idle_timeout=_duration_ms(listener.idle_timeout_ms),
+        access_log=[_access_log(TCP_ACCESS_LOG_FORMAT)],
+    )
+    if tunnel:
+        proxy.cluster = TCP_EGRESS
+        # The authority of the CONNECT names the listener: its virtual host in TCP_EGRESS.
+        proxy.tunneling_config.hostname = listener.name
+    elif len(listener.backends) <= 1:
+        proxy.cluster = _cluster_name(chosen[0] if chosen else None)
+    else:
+        for backend, upstream in zip(listener.backends, chosen, strict=True):
+            proxy.weighted_clusters.clusters.add(name=_cluster_name(upstream), weight=backend.weight)
+    return listener_pb2.Listener(
+        name=listener.name,
+        address=_socket_address(listener.address, listener.port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name="envoy.filters.network.tcp_proxy", typed_config=_any(proxy)
+                    )
+                ]
+            )
+        ],
+    )
+
+
+def _tcp_egress_listener() -> Any:
+    """The internal listener tunneled TCP connections arrive at, as HTTP/2 ``CONNECT`` streams.
+
+    Its routes (:func:`_tcp_egress_routes`) come over RDS, so a TCPRoute
+    change never touches (and drains) this listener. It logs each tunneled
+    connection like an HTTP request: the guard's refusals appear there with
+    their policy name.
+    """
+    hcm = hcm_pb2.HttpConnectionManager(
+        stat_prefix=TCP_EGRESS,
+        codec_type=hcm_pb2.HttpConnectionManager.HTTP2,
+        rds=hcm_pb2.Rds(config_source=_ads(), route_config_name=TCP_EGRESS),
+        http_filters=[
+            hcm_pb2.HttpFilter(
+                name="envoy.filters.http.router",
+                typed_config=_any(router_pb2.Router(suppress_envoy_headers=True)),
+            )
+        ],
+        upgrade_configs=[hcm_pb2.HttpConnectionManager.UpgradeConfig(upgrade_type="CONNECT")],
+        access_log=[_access_log()],
+        generate_request_id=wrappers_pb2.BoolValue(value=False),
+    )
+    hcm.http2_protocol_options.allow_connect = True
+    out = listener_pb2.Listener(
+        name=TCP_EGRESS,
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name="envoy.filters.network.http_connection_manager", typed_config=_any(hcm)
+                    )
+                ]
+            )
+        ],
+    )
+    out.internal_listener.SetInParent()
+    return out
+
+
+def _tcp_egress_routes(listeners: list[ir.TcpListener], upstreams: Mapping[str, ir.Upstream]) -> Any:
+    """One virtual host per tunneled TCP listener (domain: its name), forwarding ``CONNECT`` by weight.
+
+    ``connect_config`` terminates the ``CONNECT``: the router opens a plain
+    TCP connection to the chosen cluster (through its TLS transport socket,
+    if any) once the cluster's filters, the egress guard among them, let the
+    stream pass. No request timeout (it would cut the connection); the idle
+    timeout is the TCP listener's.
+    """
+    vhosts = []
+    for listener in sorted(listeners, key=lambda x: x.name):
+        route = route_components_pb2.Route(name=listener.name)
+        route.match.connect_matcher.SetInParent()
+        action = route.route
+        action.timeout.CopyFrom(_duration_ms(0))
+        action.idle_timeout.CopyFrom(_duration_ms(listener.idle_timeout_ms))
+        action.upgrade_configs.add(upgrade_type="CONNECT").connect_config.SetInParent()
+        chosen = [_upstream_of(listener.name, b, upstreams) for b in listener.backends]
+        if any(upstream is None for upstream in chosen):
+            action.cluster_not_found_response_code = route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR
+        if len(chosen) == 1:
+            action.cluster = _cluster_name(chosen[0])
+        else:
+            for backend, upstream in zip(listener.backends, chosen, strict=True):
+                weight = action.weighted_clusters.clusters.add(name=_cluster_name(upstream))
+                weight.weight.value = backend.weight
+        vhosts.append(
+            route_components_pb2.VirtualHost(name=listener.name, domains=[listener.name], routes=[route])
+        )
+    return route_pb2.RouteConfiguration(
+        name=TCP_EGRESS, virtual_hosts=vhosts, validate_clusters=wrappers_pb2.BoolValue(value=False)
+    )
+
+
+def _tcp_egress_cluster() -> Any:
+    """The cluster leading to the internal listener :data:`TCP_EGRESS`, over HTTP/2.
+
+    Every tunneled connection is one stream of it, whatever its listener, so
+    its circuit breakers are lifted: the real clusters' own limits apply, as
+    for TCP listeners that are not tunneled.
+    """
+    out = cluster_pb2.Cluster(name=TCP_EGRESS, connect_timeout=_duration_ms(1000))
+    out.type = cluster_pb2.Cluster.STATIC
+    endpoint = endpoint_components_pb2.LbEndpoint()
+    endpoint.endpoint.address.envoy_internal_address.server_listener_name = TCP_EGRESS
+    out.load_assignment.cluster_name = TCP_EGRESS
+    out.load_assignment.endpoints.add(lb_endpoints=[endpoint])
+    limit = wrappers_pb2.UInt32Value(value=1_000_000_000)
+    out.circuit_breakers.thresholds.append(
+        circuit_breaker_pb2.CircuitBreakers.Thresholds(
+            max_connections=limit, max_pending_requests=limit, max_requests=limit
+        )
+    )
+    options = http_protocol_options_pb2.HttpProtocolOptions()
+    options.explicit_http_config.http2_protocol_options.SetInParent()
+    out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(_any(options))
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -335,6 +554,9 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     if not backends:
         raise ValueError(f"route {route.name!r}: Forward without backends")
     chosen = [_upstream_of(route.name, b, upstreams) for b in backends]
+    for upstream in chosen:
+        if upstream is not None and upstream.protocol is ir.UpstreamProtocol.TCP:
+            raise ValueError(f"route {route.name!r}: upstream {upstream.name!r} speaks raw TCP, not HTTP")
     action = out.route
     # Always explicit, 0 included (Envoy: no limit). The idle timeout of the
     # route replaces the connection manager's stream idle timeout. No filter
@@ -418,11 +640,20 @@ def _cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
         out.load_assignment.CopyFrom(
             _load_assignment(upstream.name, [(destination.hostname, destination.port)])
         )
-    options = _http_protocol_options(upstream)
-    # The egress guard lives here, with the HTTP options: a cluster that some
-    # day carries no HTTP (raw TCP) needs another way to enforce it.
-    options.http_filters.extend(_upstream_filters(upstream))
-    out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(_any(options))
+    if upstream.protocol is not ir.UpstreamProtocol.TCP:
+        options = _http_protocol_options(upstream)
+        # The egress guard lives here, with the HTTP options.
+        options.http_filters.extend(_upstream_filters(upstream))
+        out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(_any(options))
+    elif _guarded(upstream):
+        # A TCP cluster speaks no HTTP, but its guard is an HTTP filter: TCP
+        # listeners reach a guarded TCP cluster through TCP_EGRESS, whose router
+        # runs these filters before it opens the plain TCP connection (see
+        # _tcp_listener). The HTTP version is required by the message and unused.
+        options = http_protocol_options_pb2.HttpProtocolOptions()
+        options.explicit_http_config.http_protocol_options.SetInParent()
+        options.http_filters.extend(_upstream_filters(upstream))
+        out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(_any(options))
     if upstream.tls is not None:
         out.transport_socket.name = "envoy.transport_sockets.tls"
         out.transport_socket.typed_config.CopyFrom(_any(_upstream_tls(upstream.tls)))
@@ -433,14 +664,17 @@ def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     """HTTP filters of the cluster: they run once a host is chosen for a request, before any connection.
 
     An external hostname gets the egress guard (when it denies something) and
-    the removal of internal headers; the codec ends a non-empty chain. Other
-    upstreams keep Envoy's default chain (the codec alone).
+    the removal of internal headers (not a ``TCP`` one: no headers reach it,
+    the filters only see the ``CONNECT`` that :data:`TCP_EGRESS` terminates);
+    the codec ends a non-empty chain. Other upstreams keep Envoy's default
+    chain (the codec alone).
     """
     filters = []
     guard = upstream.egress_guard
     if guard is not None and guard.denied_networks:
         filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_any(_egress_guard(guard))))
-    if upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName):
+    http = upstream.protocol is not ir.UpstreamProtocol.TCP  # no headers ever reach a TCP upstream
+    if http and (upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName)):
         strip = _any(_strip_internal_headers())
         filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))
     if filters:
@@ -592,8 +826,10 @@ def _upstream_tls(tls: ir.UpstreamTLS) -> Any:
 
     Envoy does not compare SNI with the certificate, so the SAN matchers are
     what protects the name. A trusted CA comes over SDS, merged with the SAN
-    matchers through a combined validation context, so rotating it does not
-    touch the cluster.
+    matchers through a combined validation context. Translation names
+    secrets by content, so a rotated CA or client certificate is a new secret
+    and a changed cluster: Envoy replaces the cluster and drains connections
+    made with the old material.
     """
     common = tls_pb2.CommonTlsContext(
         tls_params=common_pb2.TlsParameters(

@@ -1,0 +1,231 @@
+"""TCPRoutes: attachment to TCP listeners, the backends each listener forwards to, and route status.
+
+A TCP connection carries nothing to choose a route by: a TCP listener
+forwards every connection to the backends of one TCPRoute. When several
+TCPRoutes attach to one listener, the oldest (creation time, then
+namespace/name: the Gateway API's route precedence) gets the connections.
+Following the Gateway API conformance test ``TCPRouteMultipleRoutesAttachment``,
+the others stay ``Accepted=True`` and count in the listener's
+``attachedRoutes``; their ``Accepted`` message names the route that gets
+the connections instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from weir import ir
+from weir.api.gateway_v1 import GROUP, ParentReference
+from weir.api.gateway_v1alpha2 import TCPRoute
+from weir.api.meta import ObjectKey
+from weir.resources import Resources
+from weir.translate import status as st
+from weir.translate.backends import BackendResolver, RefFailure
+from weir.translate.gateways import GatewayContext, ListenerContext
+from weir.translate.routes import (
+    RouteTable,
+    listener_allows,
+    no_listener_message,
+    not_allowed_message,
+    parent_listeners,
+    parent_ref_data,
+)
+
+KIND = "TCPRoute"
+
+
+@dataclass
+class _Parent:
+    """One parentRef of a route to a Gateway weir manages (or to one that does not exist)."""
+
+    ref: ParentReference
+    accepted: st.Condition
+    listeners: list[ListenerContext]
+
+
+@dataclass
+class _Route:
+    route: TCPRoute
+    parents: list[_Parent]
+    backends: tuple[ir.WeightedBackend, ...]
+    failure: RefFailure | None
+
+    @property
+    def precedence(self) -> tuple[str, str, str]:
+        return (self.route.metadata.creation_timestamp or "", self.route.namespace, self.route.name)
+
+
+def translate_tcp_routes(
+    resources: Resources,
+    gateways: list[GatewayContext],
+    resolver: BackendResolver,
+    controller_name: str,
+    table: RouteTable,
+) -> dict[ObjectKey, dict[str, Any]]:
+    """Attach every TCPRoute, fill ``table.tcp``, and return the routes' statuses.
+
+    Increments ``attachedRoutes`` on the listeners routes attach to. As for
+    HTTPRoutes, only parentRefs to weir's Gateways (or to Gateways that do
+    not exist) get a status entry; other controllers' entries are kept.
+    """
+    by_key = {ctx.gateway.key: ctx for ctx in gateways}
+    existing = {gw.key for gw in resources.gateways}
+    routes: list[_Route] = []
+    for route in resources.tcp_routes:
+        parents: list[_Parent] = []
+        for ref in route.spec.parent_refs:
+            if ref.group != GROUP or ref.kind != "Gateway":
+                continue
+            gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
+            ctx = by_key.get(gw_key)
+            if ctx is None and gw_key in existing:
+                continue  # another controller's Gateway
+            accepted, listeners = _attach(resources, route, ref, ctx, gw_key)
+            parents.append(_Parent(ref, accepted, listeners))
+        if not parents:
+            continue
+        gateways_used = {lc.gateway.key for p in parents for lc in p.listeners}
+        backends, failure = _resolve(route, resolver, gateways_used, table)
+        routes.append(_Route(route, parents, backends, failure))
+
+    # The oldest route on each listener gets its connections.
+    winners: dict[int, _Route] = {}
+    for entry in sorted(routes, key=lambda r: r.precedence):
+        for parent in entry.parents:
+            for lc in parent.listeners:
+                winners.setdefault(id(lc), entry)
+    for entry in routes:
+        counted: set[int] = set()
+        for parent in entry.parents:
+            for lc in parent.listeners:
+                if id(lc) not in counted:
+                    counted.add(id(lc))
+                    lc.attached += 1
+                if winners[id(lc)] is entry:
+                    for socket in lc.sockets:
+                        table.tcp[socket] = entry.backends
+
+    statuses: dict[ObjectKey, dict[str, Any]] = {}
+    for entry in routes:
+        route = entry.route
+        gen = route.metadata.generation
+        refs = (
+            (False, entry.failure.reason, entry.failure.message)
+            if entry.failure
+            else (True, st.R_RESOLVED_REFS, "All references resolved")
+        )
+        ours = []
+        for parent in entry.parents:
+            accepted = parent.accepted
+            shadowed = [(lc, winners[id(lc)]) for lc in parent.listeners if winners[id(lc)] is not entry]
+            if shadowed:
+                accepted = {**accepted, "message": _shadowed_message(shadowed)}
+            ours.append(
+                {
+                    "parentRef": parent_ref_data(parent.ref, route.namespace),
+                    "controllerName": controller_name,
+                    "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
+                }
+            )
+        others = [
+            p
+            for p in (route.status or {}).get("parents", []) or []
+            if isinstance(p, dict) and p.get("controllerName") != controller_name
+        ]
+        statuses[route.key] = {"parents": others + ours}
+    return statuses
+
+
+def _attach(
+    resources: Resources,
+    route: TCPRoute,
+    ref: ParentReference,
+    ctx: GatewayContext | None,
+    gw_key: ObjectKey,
+) -> tuple[st.Condition, list[ListenerContext]]:
+    gen = route.metadata.generation
+
+    def refuse(reason: str, message: str) -> tuple[st.Condition, list[ListenerContext]]:
+        return st.condition(st.ACCEPTED, False, reason, message, gen), []
+
+    if ctx is None:
+        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} does not exist")
+    if not ctx.addresses:
+        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
+    if len(route.spec.rules) != 1:
+        return refuse(
+            st.R_UNSUPPORTED_VALUE,
+            f"spec.rules has {len(route.spec.rules)} rules; a TCP connection carries nothing to choose "
+            f"a rule by, so weir serves TCPRoutes with exactly one rule (as {GROUP}/v1 requires): "
+            "merge the backendRefs into one rule, or use one TCPRoute per listener",
+        )
+    candidates = parent_listeners(ctx, ref)
+    if not candidates:
+        return refuse(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
+    allowed = [lc for lc in candidates if lc.valid and listener_allows(resources, lc, KIND, route.namespace)]
+    if not allowed:
+        return refuse(
+            st.R_NOT_ALLOWED_BY_LISTENERS, not_allowed_message(KIND, route.namespace, candidates, gw_key)
+        )
+    return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), allowed
+
+
+def _resolve(
+    route: TCPRoute, resolver: BackendResolver, gateways: set[ObjectKey], table: RouteTable
+) -> tuple[tuple[ir.WeightedBackend, ...], RefFailure | None]:
+    """The weighted backends of the route's (first) rule, and the first reference that failed.
+
+    Every rule's references are resolved, for ``ResolvedRefs``; only the
+    first rule's are forwarded to (a route with several rules attaches
+    nowhere). A reference that fails keeps its weight as a share of
+    connections that are closed; weight 0 drops a backend.
+    """
+    failure: RefFailure | None = None
+    weights: dict[str | None, int] = {}
+    for index, rule in enumerate(route.spec.rules):
+        for ref in rule.backend_refs:
+            result = resolver.resolve(
+                route_kind=KIND, route_namespace=route.namespace, ref=ref, gateways=gateways
+            )
+            name: str | None = None
+            if isinstance(result, RefFailure):
+                failure = failure or result
+            else:
+                if result.upstream is not None:
+                    name = result.upstream.name
+                    table.upstreams[name] = result.upstream
+                for secret in result.secrets:
+                    table.secrets[secret.name] = secret
+            if index == 0 and ref.weight > 0:
+                weights[name] = weights.get(name, 0) + ref.weight
+    return tcp_backends(weights), failure
+
+
+def tcp_backends(weights: dict[str | None, int]) -> tuple[ir.WeightedBackend, ...]:
+    """Backends for :class:`weir.ir.TcpListener`: by name, the failed share (``None``) last.
+
+    Empty when no backend is usable: every connection is then closed.
+    """
+    if not any(name is not None for name in weights):
+        return ()
+    return tuple(
+        ir.WeightedBackend(name, weight)
+        for name, weight in sorted(weights.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+    )
+
+
+def _shadowed_message(shadowed: Sequence[tuple[ListenerContext, _Route]]) -> str:
+    parts = []
+    for lc, winner in shadowed:
+        gw = lc.gateway
+        parts.append(
+            f"listener {lc.name} of Gateway {gw.namespace}/{gw.name} forwards to the older TCPRoute "
+            f"{winner.route.namespace}/{winner.route.name}"
+        )
+    return (
+        "Route is accepted, but "
+        + "; ".join(parts)
+        + ": a TCP listener sends every connection to its oldest TCPRoute, so this route gets none there"
+    )
