@@ -254,9 +254,6 @@ class BackendResolver:
             users = sorted(self._xbackend_users.get(xb.key, ()))
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation
-            previous = [p for p in (xb.status or {}).get("parents", []) or [] if isinstance(p, dict)]
-            others = [p for p in previous if p.get("controllerName") != controller_name]
-            had_ours = len(others) < len(previous)
             ours = [
                 {
                     "parentRef": {
@@ -270,9 +267,9 @@ class BackendResolver:
                 }
                 for gw in users
             ]
-            # Written also when only stale entries of weir's were there, to remove them.
-            if ours or others or had_ours:
-                out[xb.key] = {"parents": (others + ours)[:32]}
+            status = st.parents_status(xb.status, controller_name, ours)
+            if status is not None:
+                out[xb.key] = status
         return out
 
 

@@ -85,6 +85,9 @@ def translate_http_routes(
             attachments.extend(found)
             parents.append((ref, accepted))
         if not parents:
+            stale = st.parents_status(route.status, controller_name, [])
+            if stale is not None:  # weir's entries for Gateways the route no longer names
+                statuses[route.key] = stale
             continue
         gateways_used = {a.listener.gateway.key for a in attachments}
         resolved = _resolve_rules(route, resolver, gateways_used, table, request_timeout_ms)
@@ -107,12 +110,7 @@ def translate_http_routes(
             }
             for ref, accepted in parents
         ]
-        others = [
-            p
-            for p in (route.status or {}).get("parents", []) or []
-            if isinstance(p, dict) and p.get("controllerName") != controller_name
-        ]
-        statuses[route.key] = {"parents": others + ours}
+        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
     return statuses
 
 

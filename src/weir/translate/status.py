@@ -55,6 +55,26 @@ PENDING_MESSAGE = "Waiting for Envoy to accept the configuration and bind the li
 Condition = dict[str, Any]
 
 
+#: The Gateway API caps ``status.parents`` (and ``ancestors``) at 32 entries.
+MAX_PARENTS = 32
+
+
+def parents_status(
+    previous: Mapping[str, Any] | None, controller_name: str, ours: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """``{"parents": [...]}``: other controllers' entries as written, then weir's ``ours``.
+
+    At most :data:`MAX_PARENTS` entries. ``None`` when there is nothing to
+    write: weir has no entry now and had none before. When weir had entries
+    and now has none, the result removes them.
+    """
+    written = [p for p in ((previous or {}).get("parents") or []) if isinstance(p, dict)]
+    others = [p for p in written if p.get("controllerName") != controller_name]
+    if not ours and len(others) == len(written):
+        return None
+    return {"parents": (others + ours)[:MAX_PARENTS]}
+
+
 def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
     """A condition in the Kubernetes shape (without ``lastTransitionTime``)."""
     return {

@@ -73,6 +73,7 @@ def translate_tcp_routes(
     by_key = {ctx.gateway.key: ctx for ctx in gateways}
     existing = {gw.key for gw in resources.gateways}
     routes: list[_Route] = []
+    statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.tcp_routes:
         parents: list[_Parent] = []
         for ref in route.spec.parent_refs:
@@ -85,6 +86,9 @@ def translate_tcp_routes(
             accepted, listeners = _attach(resources, route, ref, ctx, gw_key)
             parents.append(_Parent(ref, accepted, listeners))
         if not parents:
+            stale = st.parents_status(route.status, controller_name, [])
+            if stale is not None:  # weir's entries for Gateways the route no longer names
+                statuses[route.key] = stale
             continue
         gateways_used = {lc.gateway.key for p in parents for lc in p.listeners}
         backends, failure = _resolve(route, resolver, gateways_used, table)
@@ -107,7 +111,6 @@ def translate_tcp_routes(
                     for socket in lc.sockets:
                         table.tcp[socket] = entry.backends
 
-    statuses: dict[ObjectKey, dict[str, Any]] = {}
     for entry in routes:
         route = entry.route
         gen = route.metadata.generation
@@ -129,12 +132,7 @@ def translate_tcp_routes(
                     "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
                 }
             )
-        others = [
-            p
-            for p in (route.status or {}).get("parents", []) or []
-            if isinstance(p, dict) and p.get("controllerName") != controller_name
-        ]
-        statuses[route.key] = {"parents": others + ours}
+        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
     return statuses
 
 
