@@ -172,11 +172,22 @@ def run(
             help="Envoy worker threads (--concurrency). Default: the number of CPUs, at most 2.",
         ),
     ] = None,
+    access_log: Annotated[
+        str,
+        typer.Option(
+            metavar="stdout|log",
+            help="Where Envoy's JSON access log goes: 'stdout' (Envoy writes it to weir's stdout "
+            "itself, one JSON object per line) or 'log' (through weir's log, logger weir.envoy.access "
+            "at INFO; weir's Python process then spends several times Envoy's CPU on every request).",
+        ),
+    ] = "stdout",
 ) -> None:
     """Serve Gateway API manifests from files and folders, reloading them when they change."""
     from weir.controller import Controller, Options, run_until_signalled
     from weir.providers.files import FilesProvider
 
+    if access_log not in ("stdout", "log"):
+        raise typer.BadParameter("--access-log must be stdout or log")
     _setup_logging(log_level)
     host, port = _host_port(admin_address, "--admin-address")
     settings = _settings(
@@ -195,6 +206,7 @@ def run(
             admin_port=port,
             envoy_log_level=envoy_log_level,
             envoy_concurrency=envoy_concurrency,
+            envoy_access_log_to_stdout=access_log == "stdout",
         ),
     )
     try:

@@ -74,6 +74,9 @@ class Options:
     envoy_admin_port: int = 0
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
+    #: Envoy writes its access log to this process's stdout itself instead of
+    #: through the ``weir.envoy.access`` logger (see :class:`EnvoyProcess`).
+    envoy_access_log_to_stdout: bool = False
     node_id: str = "weir"
     #: How long to wait for Envoy to ACK a snapshot before reporting it as pending.
     ack_timeout_s: float = 15.0
@@ -106,6 +109,8 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._desired: Mapping[str, Mapping[str, Message]] | None = None
         self._carried: str | None = None
+        # The translation (by identity) and data plane state whose statuses were published last.
+        self._published: tuple[Translation, DataPlaneState] | None = None
         self.ready = asyncio.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -136,6 +141,7 @@ class Controller:
                 run_dir=os.path.join(self._run_dir, "envoy"),
                 log_level=self._options.envoy_log_level,
                 concurrency=self._options.envoy_concurrency,
+                access_log_to_stdout=self._options.envoy_access_log_to_stdout,
                 on_ready=self._on_envoy_ready,
                 on_exit=self._on_envoy_exit,
             )
@@ -276,8 +282,8 @@ class Controller:
         listeners = current.translation.ir.listeners
         bound: set[tuple[str, int]] = set()
         if envoy_up and (accepted or rejection):
-            # A TCP listener is not probed by connecting: Envoy would open a
-            # connection to its backend for each probe. Envoy's list of active
+            # A TCP or TLS listener is not probed by connecting: Envoy could open
+            # a connection to its backend for each probe. Envoy's list of active
             # listeners says whether it serves one (a socket that cannot be
             # bound makes Envoy reject the listener instead).
             active = await self._active_listeners() if any(_is_tcp(lst) for lst in listeners) else set()
@@ -312,8 +318,14 @@ class Controller:
                 (time.monotonic() - current.served_at) * 1000,
             )
             self.ready.set()
-        statuses = apply_data_plane(current.translation.statuses, current.translation.gateway_sockets, state)
-        self._store.publish(statuses)
+        # Settling runs every 0.1 s while Envoy has not answered: publish only what can differ.
+        last = self._published
+        if last is None or last[0] is not current.translation or last[1] != state:
+            statuses = apply_data_plane(
+                current.translation.statuses, current.translation.gateway_sockets, state
+            )
+            self._store.publish(statuses)
+            self._published = (current.translation, state)
         if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
             log.debug("retired clusters and secrets no route uses any more")
 
@@ -379,7 +391,8 @@ class Controller:
 
 
 def _is_tcp(listener: ir.AnyListener) -> bool:
-    return isinstance(listener, ir.TcpListener)
+    """Whether ``listener`` may relay connections (TCP, TLS), so that probing it could reach a backend."""
+    return isinstance(listener, ir.TcpListener | ir.TlsListener)
 
 
 def _keep_retiring(

@@ -7,7 +7,8 @@ admin interface to loopback and sets process-wide limits.
 
 :class:`EnvoyProcess` starts Envoy in its own process group, forwards its log
 lines to the ``weir.envoy`` logger (access-log lines, which Envoy writes to
-stdout, to ``weir.envoy.access`` at INFO), waits for ``/ready``, restarts it
+stdout, to ``weir.envoy.access`` at INFO, unless Envoy is told to write them to
+this process's stdout itself), waits for ``/ready``, restarts it
 when it dies, and never leaves it behind: :meth:`EnvoyProcess.stop` sends
 SIGTERM, then SIGKILL, and reaps it; on Linux the child also gets SIGKILL
 when the thread that started it (the event loop's) ends.
@@ -250,6 +251,12 @@ class EnvoyProcess:
     while it keeps crashing. ``on_exit(ExitInfo)`` is called for each
     unexpected exit, ``on_ready(pid)`` each time an Envoy process becomes
     ready. Both run on the event loop and must not block.
+
+    Envoy's access log (its stdout) goes to the ``weir.envoy.access`` logger,
+    one record per line; with ``access_log_to_stdout`` Envoy writes it to this
+    process's stdout directly instead, and no line passes through Python: a
+    record costs this process several times what it costs Envoy to proxy the
+    request (see ``docs/performance.md``).
     """
 
     #: A run longer than this resets the crash-loop backoff.
@@ -273,6 +280,7 @@ class EnvoyProcess:
         extra_args: Sequence[str] = (),
         on_ready: Callable[[int], None] | None = None,
         on_exit: Callable[[ExitInfo], None] | None = None,
+        access_log_to_stdout: bool = False,
     ) -> None:
         if log_level not in _ENVOY_LOG_LEVELS:
             raise ValueError(f"unknown Envoy log level {log_level!r}")
@@ -288,6 +296,7 @@ class EnvoyProcess:
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self.extra_args = tuple(extra_args)
+        self.access_log_to_stdout = access_log_to_stdout
         self.on_ready = on_ready
         self.on_exit = on_exit
 
@@ -419,17 +428,17 @@ class EnvoyProcess:
             *prefix,
             *command,
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
+            # None: Envoy inherits this process's stdout and writes access logs there itself.
+            stdout=None if self.access_log_to_stdout else asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group: no terminal signals
             preexec_fn=preexec,
         )
         self._started_at = time.monotonic()
-        assert proc.stdout is not None and proc.stderr is not None
-        self._readers = [
-            asyncio.create_task(self._pump(proc.stdout, access=True)),
-            asyncio.create_task(self._pump(proc.stderr, access=False)),
-        ]
+        assert proc.stderr is not None
+        self._readers = [asyncio.create_task(self._pump(proc.stderr, access=False))]
+        if proc.stdout is not None:
+            self._readers.append(asyncio.create_task(self._pump(proc.stdout, access=True)))
         log.info("Envoy started (pid %d)", proc.pid)
         try:
             await self._wait_ready(proc, admin_path, deadline)

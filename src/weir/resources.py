@@ -19,6 +19,9 @@ from typing import TypeVar
 from weir.api.core_v1 import ConfigMap, Namespace, Secret, Service
 from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1 import Gateway, GatewayClass, HTTPRoute
+from weir.api.gateway_v1_backendtlspolicy import BackendTLSPolicy
+from weir.api.gateway_v1_grpcroute import GRPCRoute
+from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1alpha2 import TCPRoute
 from weir.api.gateway_v1beta1 import ReferenceGrant
 from weir.api.meta import KubeObject, ObjectKey
@@ -86,12 +89,24 @@ class Resources:
         return self.all(TCPRoute)
 
     @property
+    def tls_routes(self) -> tuple[TLSRoute, ...]:
+        return self.all(TLSRoute)
+
+    @property
     def reference_grants(self) -> tuple[ReferenceGrant, ...]:
         return self.all(ReferenceGrant)
 
     @property
     def xbackends(self) -> tuple[XBackend, ...]:
         return self.all(XBackend)
+
+    @property
+    def backend_tls_policies(self) -> tuple[BackendTLSPolicy, ...]:
+        return self.all(BackendTLSPolicy)
+
+    @property
+    def grpc_routes(self) -> tuple[GRPCRoute, ...]:
+        return self.all(GRPCRoute)
 
     def namespace(self, name: str) -> Namespace | None:
         return self.get(Namespace, "", name)

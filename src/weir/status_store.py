@@ -31,6 +31,10 @@ class StatusStore:
     def __init__(self, clock: Clock = _utcnow) -> None:
         self._clock = clock
         self._current: dict[ObjectKey, dict[str, Any]] = {}
+        # What was published last, per key, before stamping (a private copy). A status
+        # given again unchanged keeps its stamped version as it is: stamping it again
+        # would give the same result, after deep-copying every status of every object.
+        self._given: dict[ObjectKey, dict[str, Any]] = {}
 
     @property
     def current(self) -> Mapping[ObjectKey, dict[str, Any]]:
@@ -40,16 +44,23 @@ class StatusStore:
         """Replace the stored statuses with ``statuses``, stamped; return the keys whose status changed."""
         now = self._clock().replace(microsecond=0).isoformat().replace("+00:00", "Z")
         new: dict[ObjectKey, dict[str, Any]] = {}
+        given: dict[ObjectKey, dict[str, Any]] = {}
         changed: set[ObjectKey] = set()
         for key, status in statuses.items():
-            stamped = copy.deepcopy(status)
             previous = self._current.get(key)
+            before = self._given.get(key)
+            if previous is not None and before is not None and before == status:
+                new[key], given[key] = previous, before
+                continue
+            given[key] = copy.deepcopy(status)
+            stamped = copy.deepcopy(status)
             _stamp(stamped, previous, now)
             new[key] = stamped
             if stamped != previous:
                 changed.add(key)
         changed.update(set(self._current) - set(new))
         self._current = new
+        self._given = given
         return changed
 
 

@@ -86,6 +86,14 @@ metadata:
   namespace: infra
 spec:
 """
+TLSROUTE = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata:
+  name: db
+  namespace: infra
+spec:
+"""
 XBACKEND = """\
 apiVersion: gateway.networking.x-k8s.io/v1alpha1
 kind: XBackend
@@ -227,12 +235,51 @@ INVALID: list[tuple[str, str, list[str]]] = [
         ["case.yaml:6: Gateway infra/gw: spec.listeners: Invalid value: 0: should have at least 1 items"],
     ),
     (
-        "gateway-https-without-tls",
-        GATEWAY + "  gatewayClassName: weir\n  listeners: [{name: https, port: 443, protocol: HTTPS}]\n",
+        "gateway-https-passthrough",
+        GATEWAY
+        + "  gatewayClassName: weir\n"
+        + "  listeners: [{name: https, port: 443, protocol: HTTPS, tls: {mode: Passthrough}}]\n",
         [
             "case.yaml:6: Gateway infra/gw: spec.listeners[0]: "
-            'Invalid value: "object": tls mode must be set for protocol HTTPS'
+            'Invalid value: "object": tls mode must be Terminate for protocol HTTPS'
         ],
+    ),
+    (
+        "gateway-tls-without-tls",
+        GATEWAY + "  gatewayClassName: weir\n  listeners: [{name: tls, port: 443, protocol: tls}]\n",
+        [
+            "case.yaml:6: Gateway infra/gw: spec.listeners[0]: "
+            'Invalid value: "object": tls mode must be set for protocol TLS'
+        ],
+    ),
+    (
+        "gateway-terminate-without-certificates",
+        GATEWAY
+        + "  gatewayClassName: weir\n  listeners: [{name: https, port: 443, protocol: HTTPS, tls: {}}]\n",
+        [
+            "case.yaml:6: Gateway infra/gw: spec.listeners[0].tls: "
+            'Invalid value: "object": certificateRefs or options must be specified when mode is Terminate'
+        ],
+    ),
+    (
+        "tlsroute-hostnames",
+        TLSROUTE + "  hostnames: [10.0.0.1]\n  rules: [{backendRefs: [{name: db, port: 5432}]}]\n",
+        [
+            'case.yaml:6: TLSRoute infra/db: spec.hostnames: Invalid value: "array": '
+            "Hostnames cannot contain an IP"
+        ],
+    ),
+    (
+        "tlsroute-two-rules",
+        TLSROUTE
+        + "  hostnames: [db.example.com]\n"
+        + "  rules: [{backendRefs: [{name: db, port: 5432}]}, {backendRefs: [{name: db, port: 5433}]}]\n",
+        ["case.yaml:6: TLSRoute infra/db: spec.rules: Too many: 2: must have at most 1 items"],
+    ),
+    (
+        "tlsroute-no-hostnames",
+        TLSROUTE + "  rules: [{backendRefs: [{name: db, port: 5432}]}]\n",
+        ["case.yaml:6: TLSRoute infra/db: spec.hostnames: Required value"],
     ),
     (
         "gateway-duplicate-listener-names",

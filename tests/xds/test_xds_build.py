@@ -76,10 +76,14 @@ def test_empty_ir_has_every_type() -> None:
 
 
 def test_names_are_ir_names(merged_ir: ir.IR) -> None:
-    """Resources are named after their IR objects, plus the TCP egress path (which tcp.ir.yaml uses)."""
+    """Resources are named after their IR objects, plus the TCP egress path (which tcp.ir.yaml uses).
+
+    Route configurations are those of HTTP listeners and of HTTPS servers of TLS listeners.
+    """
     resources = xds_build.build(merged_ir)
     egress = xds_build.TCP_EGRESS
     http = [x.name for x in merged_ir.listeners if isinstance(x, ir.Listener)]
+    http += [s.name for x in merged_ir.listeners if isinstance(x, ir.TlsListener) for s in x.https]
     assert list(resources[LISTENER]) == sorted([x.name for x in merged_ir.listeners] + [egress])
     assert list(resources[ROUTE]) == sorted([*http, egress])
     assert list(resources[CLUSTER]) == sorted([x.name for x in merged_ir.upstreams] + [egress])

@@ -68,15 +68,25 @@ def static_bootstrap(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
     listeners = []
     for name, listener in resources[LISTENER].items():
-        listener_data = data(listener)
-        (chain,) = listener_data["filterChains"]
-        (hcm,) = chain["filters"]
-        if hcm["name"] == _TCP_PROXY:
-            assert name not in resources[ROUTE]
-        else:
-            assert hcm["name"] == _HCM
-            assert hcm["typedConfig"].pop("rds")["routeConfigName"] == name
-            hcm["typedConfig"]["routeConfig"] = data(resources[ROUTE][name])
+        listener_data = _drop_sds_config(data(listener))  # TLS listeners' certificates are static here
+        chains = listener_data.get("filterChains", [])
+        if len(chains) == 1 and not chains[0].get("filterChainMatch"):
+            (hcm,) = chains[0]["filters"]
+            if hcm["name"] == _TCP_PROXY:
+                assert name not in resources[ROUTE]
+            else:
+                assert hcm["name"] == _HCM
+                assert hcm["typedConfig"].pop("rds")["routeConfigName"] == name
+                hcm["typedConfig"]["routeConfig"] = data(resources[ROUTE][name])
+        else:  # a TLS listener: one chain per HTTPS server (routes named after it) and relay
+            for chain in chains:
+                (flt,) = chain["filters"]
+                if flt["name"] == _HCM:
+                    routes = flt["typedConfig"].pop("rds")["routeConfigName"]
+                    assert routes == chain["name"]
+                    flt["typedConfig"]["routeConfig"] = data(resources[ROUTE][routes])
+                else:
+                    assert flt["name"] == _TCP_PROXY
         listeners.append(listener_data)
     return {
         "node": {"id": "weir-validate", "cluster": "weir"},

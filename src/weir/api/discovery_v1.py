@@ -27,8 +27,22 @@ class Endpoint(Model):
 
     @property
     def is_ready(self) -> bool:
-        """Kubernetes: a nil ``ready`` means ready ("unknown state ... interpreted as ready")."""
+        """Kubernetes: a nil ``ready`` means ready ("unknown state ... interpreted as ready").
+
+        The EndpointSlice controller never marks a terminating endpoint ready
+        (unless the Service publishes not-ready addresses).
+        """
         return self.conditions.ready is not False
+
+    @property
+    def is_serving(self) -> bool:
+        """Passes its readiness checks, terminating or not; as for ``ready``, nil means serving."""
+        return self.conditions.serving is not False
+
+    @property
+    def is_terminating(self) -> bool:
+        """Being shut down; nil means not terminating."""
+        return self.conditions.terminating is True
 
 
 class EndpointPort(Model):

@@ -195,6 +195,8 @@ def _message(err: Any, located: _Located) -> str:
         return "Required value"
     if kind in ("literal_error", "enum"):
         expected = _QUOTED.findall(str(ctx.get("expected", "")))
+        if not expected:  # integer enums (e.g. a redirect's statusCode): "301, 302 or 303"
+            expected = [e for e in re.split(r", | or ", str(ctx.get("expected", ""))) if e]
         supported = ", ".join(json.dumps(e) for e in expected)
         return f"Unsupported value: {show_value(value)}: supported values: {supported}"
     if kind == "greater_than_equal":

@@ -2,24 +2,30 @@
 
 Field constraints and defaults follow the upstream CRDs (v1.6). Where the
 upstream schema carries a CEL rule that weir already needs, it is expressed as
-a model validator with the API server's message.
+a model validator with the API server's message (HTTPRoute's filters,
+timeouts and retry carry all of theirs: a rule on a list is an
+``AfterValidator`` on that field, so the error names the list, as the API
+server does).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Self
+import re
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from weir.api.meta import (
     Group,
     Hostname,
     Kind,
     KubeObject,
+    LocalObjectReference,
     Model,
     Namespace,
     ObjectName,
     PortNumber,
+    PreciseHostname,
     SectionName,
 )
 
@@ -94,9 +100,17 @@ class SecretObjectReference(Model):
 
 
 class GatewayTLSConfig(Model):
+    """A listener's ``tls`` (``ListenerTLSConfig`` upstream)."""
+
     mode: Literal["Terminate", "Passthrough"] = "Terminate"
     certificate_refs: tuple[SecretObjectReference, ...] = Field(default=(), max_length=64)
-    options: dict[str, str] = Field(default_factory=dict)
+    options: dict[str, str] = Field(default_factory=dict, max_length=16)
+
+    @model_validator(mode="after")
+    def _terminate_needs_certificates(self) -> GatewayTLSConfig:
+        if self.mode == "Terminate" and not self.certificate_refs and not self.options:
+            raise ValueError("certificateRefs or options must be specified when mode is Terminate")
+        return self
 
 
 class Listener(Model):
@@ -113,11 +127,16 @@ class Listener(Model):
 
     @model_validator(mode="after")
     def _tls_by_protocol(self) -> Listener:
-        if self.protocol in ("HTTP", "TCP", "UDP") and self.tls is not None:
+        # The upstream rules (v1.6 CRD), core protocol names compared case-insensitively as
+        # the specification requires. HTTPS without tls passes them: translation refuses it.
+        protocol = self.protocol.upper()
+        if protocol in ("HTTP", "TCP", "UDP") and self.tls is not None:
             raise ValueError("tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']")
-        if self.protocol == "HTTPS" and self.tls is None:
-            raise ValueError("tls mode must be set for protocol HTTPS")
-        if self.protocol in ("HTTP", "HTTPS", "TLS") or self.hostname is None:
+        if protocol == "HTTPS" and self.tls is not None and self.tls.mode != "Terminate":
+            raise ValueError("tls mode must be Terminate for protocol HTTPS")
+        if protocol == "TLS" and self.tls is None:
+            raise ValueError("tls mode must be set for protocol TLS")
+        if protocol in ("HTTP", "HTTPS", "TLS") or self.hostname is None:
             return self
         raise ValueError("hostname must not be specified for protocols ['TCP', 'UDP']")
 
@@ -131,6 +150,9 @@ class GatewaySpec(Model):
     gateway_class_name: ObjectName
     listeners: tuple[Listener, ...] = Field(min_length=1, max_length=64)
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
+    #: ``spec.tls`` (frontend client certificate validation, backend client certificate), kept
+    #: as written: weir implements neither, and refuses what it would otherwise silently skip.
+    tls: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _unique_listener_names(self) -> GatewaySpec:
@@ -185,17 +207,19 @@ class HTTPPathMatch(Model):
 
 
 HeaderName = str
+#: Gateway API ``HeaderName`` (header and query parameter names).
+HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+\-.^_\x60|~]+$"
 
 
 class HTTPHeaderMatch(Model):
     type: Literal["Exact", "RegularExpression"] = "Exact"
-    name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_\x60|~]+$")
+    name: str = Field(min_length=1, max_length=256, pattern=HEADER_NAME_PATTERN)
     value: str = Field(min_length=0, max_length=4096)
 
 
 class HTTPQueryParamMatch(Model):
     type: Literal["Exact", "RegularExpression"] = "Exact"
-    name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_\x60|~]+$")
+    name: str = Field(min_length=1, max_length=256, pattern=HEADER_NAME_PATTERN)
     value: str = Field(min_length=1, max_length=1024)
 
 
@@ -209,8 +233,149 @@ class HTTPRouteMatch(Model):
     method: HTTPMethod | None = None
 
 
+class HTTPHeader(Model):
+    """A header name and value (``HTTPHeader``) for the header modifier filters."""
+
+    name: str = Field(min_length=1, max_length=256, pattern=HEADER_NAME_PATTERN)
+    value: str = Field(min_length=1, max_length=4096)
+
+
+class HTTPHeaderFilter(Model):
+    """``requestHeaderModifier`` / ``responseHeaderModifier``: set, add and remove headers.
+
+    Only one action per header name (case-insensitive) is permitted; the API
+    server does not check it across lists, translation does.
+    """
+
+    set: tuple[HTTPHeader, ...] = Field(default=(), max_length=16)
+    add: tuple[HTTPHeader, ...] = Field(default=(), max_length=16)
+    remove: tuple[str, ...] = Field(default=(), max_length=16)
+
+
+class HTTPPathModifier(Model):
+    """A path redirect or rewrite: the whole path, or the part the rule's ``PathPrefix`` matched."""
+
+    type: Literal["ReplaceFullPath", "ReplacePrefixMatch"]
+    replace_full_path: str | None = Field(default=None, max_length=1024)
+    replace_prefix_match: str | None = Field(default=None, max_length=1024)
+
+    @model_validator(mode="after")
+    def _value_by_type(self) -> Self:
+        if self.type == "ReplaceFullPath" and self.replace_full_path is None:
+            raise ValueError("replaceFullPath must be specified when type is set to 'ReplaceFullPath'")
+        if self.replace_full_path is not None and self.type != "ReplaceFullPath":
+            raise ValueError("type must be 'ReplaceFullPath' when replaceFullPath is set")
+        if self.type == "ReplacePrefixMatch" and self.replace_prefix_match is None:
+            raise ValueError("replacePrefixMatch must be specified when type is set to 'ReplacePrefixMatch'")
+        if self.replace_prefix_match is not None and self.type != "ReplacePrefixMatch":
+            raise ValueError("type must be 'ReplacePrefixMatch' when replacePrefixMatch is set")
+        return self
+
+
+class HTTPRequestRedirectFilter(Model):
+    """``requestRedirect``: answer with a redirect; unset parts of ``Location`` come from the request."""
+
+    scheme: Literal["http", "https"] | None = None
+    hostname: PreciseHostname | None = None
+    path: HTTPPathModifier | None = None
+    port: PortNumber | None = None
+    status_code: Literal[301, 302, 303, 307, 308] = 302
+
+
+class HTTPURLRewriteFilter(Model):
+    """``urlRewrite``: change the Host and/or the path of the request before it is forwarded."""
+
+    hostname: PreciseHostname | None = None
+    path: HTTPPathModifier | None = None
+
+
+class Fraction(Model):
+    numerator: int = Field(ge=0, strict=True)
+    denominator: int = Field(default=100, ge=1, strict=True)
+
+    @model_validator(mode="after")
+    def _proper(self) -> Self:
+        if self.numerator > self.denominator:
+            raise ValueError("numerator must be less than or equal to denominator")
+        return self
+
+
+class BackendObjectReference(Model):
+    """Gateway API ``BackendObjectReference``: an object requests can be sent to.
+
+    ``port`` is required for Services (the upstream CRD's CEL rule, with its message).
+    """
+
+    group: Group = ""
+    kind: Kind = "Service"
+    name: ObjectName
+    namespace: Namespace | None = None
+    port: PortNumber | None = None
+
+    @model_validator(mode="after")
+    def _service_needs_port(self) -> Self:
+        if self.group == "" and self.kind == "Service" and self.port is None:
+            raise ValueError("Must have port for Service reference")
+        return self
+
+
+class HTTPRequestMirrorFilter(Model):
+    """``requestMirror``: send a copy of a share of requests to ``backendRef``, ignore its answers."""
+
+    backend_ref: BackendObjectReference
+    percent: int | None = Field(default=None, ge=0, le=100, strict=True)
+    fraction: Fraction | None = None
+
+    @model_validator(mode="after")
+    def _one_share(self) -> Self:
+        if self.percent is not None and self.fraction is not None:
+            raise ValueError("Only one of percent or fraction may be specified in HTTPRequestMirrorFilter")
+        return self
+
+
+#: ``CORSOrigin``: ``*``, or ``scheme://host[:port]`` where the host may hold ``*`` wildcards.
+CORS_ORIGIN_PATTERN = r"(^\*$)|(^([a-zA-Z][a-zA-Z0-9+\-.]+):\/\/([^:/?#]+)(:([0-9]{1,5}))?$)"
+CORSOrigin = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=CORS_ORIGIN_PATTERN)]
+HTTPMethodWithWildcard = Literal[
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "*"
+]
+HTTPHeaderName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=HEADER_NAME_PATTERN)]
+
+
+def _alone(what: str, others: str) -> Any:
+    """The upstream CEL rule ``!('*' in self && self.size() > 1)`` on a list, with its message."""
+
+    def check(values: tuple[str, ...]) -> tuple[str, ...]:
+        if "*" in values and len(values) > 1:
+            raise ValueError(f"{what} cannot contain '*' alongside other {others}")
+        return values
+
+    return AfterValidator(check)
+
+
+class HTTPCORSFilter(Model):
+    """``cors``: answer CORS preflights and add CORS headers to responses (Gateway API v1.6)."""
+
+    allow_origins: Annotated[tuple[CORSOrigin, ...], _alone("AllowOrigins", "origins")] = Field(
+        default=(), max_length=64
+    )
+    allow_credentials: bool | None = Field(default=None, strict=True)
+    allow_methods: Annotated[tuple[HTTPMethodWithWildcard, ...], _alone("AllowMethods", "methods")] = Field(
+        default=(), max_length=9
+    )
+    # The upstream message says "methods" here too.
+    allow_headers: Annotated[tuple[HTTPHeaderName, ...], _alone("AllowHeaders", "methods")] = Field(
+        default=(), max_length=64
+    )
+    expose_headers: tuple[HTTPHeaderName, ...] = Field(default=(), max_length=64)
+    max_age: int = Field(default=5, ge=1, strict=True)
+
+
 class HTTPRouteFilter(Model):
-    """A filter. Its configuration is kept as written until weir implements the filter."""
+    """A filter: ``type`` names it, and the field of that name (only that one) configures it.
+
+    ``ExternalAuth`` is kept as written (weir does not implement it).
+    """
 
     type: Literal[
         "RequestHeaderModifier",
@@ -222,61 +387,174 @@ class HTTPRouteFilter(Model):
         "CORS",
         "ExternalAuth",
     ]
-    request_header_modifier: dict[str, Any] | None = None
-    response_header_modifier: dict[str, Any] | None = None
-    request_mirror: dict[str, Any] | None = None
-    request_redirect: dict[str, Any] | None = None
-    url_rewrite: dict[str, Any] | None = None
-    extension_ref: dict[str, Any] | None = None
-    cors: dict[str, Any] | None = None
+    request_header_modifier: HTTPHeaderFilter | None = None
+    response_header_modifier: HTTPHeaderFilter | None = None
+    request_mirror: HTTPRequestMirrorFilter | None = None
+    request_redirect: HTTPRequestRedirectFilter | None = None
+    url_rewrite: HTTPURLRewriteFilter | None = None
+    extension_ref: LocalObjectReference | None = None
+    cors: HTTPCORSFilter | None = None
     external_auth: dict[str, Any] | None = None
 
-
-class BackendRef(Model):
-    """Gateway API ``BackendRef``: an object to forward to, and its share of the traffic.
-
-    ``port`` is required for Services (the upstream CRD's CEL rule, with its message).
-    """
-
-    group: Group = ""
-    kind: Kind = "Service"
-    name: ObjectName
-    namespace: Namespace | None = None
-    port: PortNumber | None = None
-    weight: int = Field(default=1, ge=0, le=1_000_000, strict=True)
+    #: filter type -> (attribute, JSON name), in the order of the upstream CEL rules.
+    FIELDS: ClassVar[dict[str, tuple[str, str]]] = {
+        "CORS": ("cors", "cors"),
+        "RequestHeaderModifier": ("request_header_modifier", "requestHeaderModifier"),
+        "ResponseHeaderModifier": ("response_header_modifier", "responseHeaderModifier"),
+        "RequestMirror": ("request_mirror", "requestMirror"),
+        "RequestRedirect": ("request_redirect", "requestRedirect"),
+        "URLRewrite": ("url_rewrite", "urlRewrite"),
+        "ExternalAuth": ("external_auth", "externalAuth"),
+        "ExtensionRef": ("extension_ref", "extensionRef"),
+    }
 
     @model_validator(mode="after")
-    def _service_needs_port(self) -> Self:
-        if self.group == "" and self.kind == "Service" and self.port is None:
-            raise ValueError("Must have port for Service reference")
+    def _config_matches_type(self) -> Self:
+        for kind, (attr, json_name) in self.FIELDS.items():
+            present = getattr(self, attr) is not None
+            if present and self.type != kind:
+                raise ValueError(f"filter.{json_name} must be nil if the filter.type is not {kind}")
+            if not present and self.type == kind:
+                raise ValueError(f"filter.{json_name} must be specified for {kind} filter.type")
         return self
+
+
+def _check_filters(filters: tuple[HTTPRouteFilter, ...]) -> tuple[HTTPRouteFilter, ...]:
+    """The upstream CEL rules on a ``filters`` list (of a rule or of a backendRef), with their messages."""
+    types = [f.type for f in filters]
+    if "RequestRedirect" in types and "URLRewrite" in types:
+        raise ValueError(
+            "May specify either httpRouteFilterRequestRedirect or httpRouteFilterRequestRewrite, but not both"
+        )
+    for kind in ("CORS", "RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite"):
+        if types.count(kind) > 1:
+            raise ValueError(f"{kind} filter cannot be repeated")
+    return filters
+
+
+HTTPRouteFilters = Annotated[tuple[HTTPRouteFilter, ...], AfterValidator(_check_filters)]
+
+
+class BackendRef(BackendObjectReference):
+    """Gateway API ``BackendRef``: an object to forward to, and its share of the traffic."""
+
+    weight: int = Field(default=1, ge=0, le=1_000_000, strict=True)
 
 
 class HTTPBackendRef(BackendRef):
     """A backend reference of an HTTPRoute rule, with the filters applied to its share of requests."""
 
-    filters: tuple[HTTPRouteFilter, ...] = Field(default=(), max_length=16)
+    filters: HTTPRouteFilters = Field(default=(), max_length=16)
+
+
+#: Gateway API ``Duration`` (GEP-2257): a strict subset of Go's ``time.ParseDuration``.
+DURATION_PATTERN = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+_DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
+_DURATION_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
+
+
+def duration_ms(value: str) -> int:
+    """Milliseconds in a :data:`Duration` (already validated), e.g. ``1m30s`` → 90000."""
+    return sum(int(number) * _DURATION_MS[unit] for number, unit in _DURATION_PART.findall(value))
 
 
 class HTTPRouteTimeouts(Model):
-    request: str | None = None
-    backend_request: str | None = None
+    """``timeouts``: ``request`` bounds the whole exchange, ``backendRequest`` each try; ``0s``: none."""
+
+    request: Duration | None = None
+    backend_request: Duration | None = None
+
+    @model_validator(mode="after")
+    def _backend_within_request(self) -> Self:
+        if self.request is None or self.backend_request is None:
+            return self
+        request = duration_ms(self.request)
+        if request != 0 and duration_ms(self.backend_request) > request:
+            raise ValueError("backendRequest timeout cannot be longer than request timeout")
+        return self
+
+
+class HTTPRouteRetry(Model):
+    """``retry`` (Gateway API v1.6): which answers to retry, how many times, and the backoff."""
+
+    codes: tuple[Annotated[int, Field(ge=400, le=599, strict=True)], ...] = ()
+    attempts: int | None = Field(default=None, strict=True)
+    backoff: Duration | None = None
+
+
+#: The upstream CEL messages of HTTPRouteRule for ReplacePrefixMatch, word for word:
+#: (filter kind, in a backendRef's filters) -> message.
+_PREFIX_MESSAGES = {
+    ("RequestRedirect", False): "When using RequestRedirect filter with path.replacePrefixMatch, "
+    "exactly one PathPrefix match must be specified",
+    ("URLRewrite", False): "When using URLRewrite filter with path.replacePrefixMatch, "
+    "exactly one PathPrefix match must be specified",
+    ("RequestRedirect", True): "Within backendRefs, when using RequestRedirect filter with "
+    "path.replacePrefixMatch, exactly one PathPrefix match must be specified",
+    ("URLRewrite", True): "Within backendRefs, When using URLRewrite filter with "
+    "path.replacePrefixMatch, exactly one PathPrefix match must be specified",
+}
+
+
+def _replaces_prefix(filters: tuple[HTTPRouteFilter, ...], kind: str) -> bool:
+    """CEL ``filters.exists_one(f, f.<kind>.path.type == 'ReplacePrefixMatch' ...)``."""
+    found = 0
+    for f in filters:
+        config = f.request_redirect if kind == "RequestRedirect" else f.url_rewrite
+        if (
+            config is not None
+            and config.path is not None
+            and config.path.type == "ReplacePrefixMatch"
+            and config.path.replace_prefix_match is not None
+        ):
+            found += 1
+    return found == 1
 
 
 class HTTPRouteRule(Model):
     name: SectionName | None = None
     matches: tuple[HTTPRouteMatch, ...] = Field(default=(HTTPRouteMatch(),), max_length=64)
-    filters: tuple[HTTPRouteFilter, ...] = Field(default=(), max_length=16)
+    filters: HTTPRouteFilters = Field(default=(), max_length=16)
     backend_refs: tuple[HTTPBackendRef, ...] = Field(default=(), max_length=16)
     timeouts: HTTPRouteTimeouts | None = None
-    retry: dict[str, Any] | None = None
+    retry: HTTPRouteRetry | None = None
     session_persistence: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _filters_fit_rule(self) -> Self:
+        if self.backend_refs and any(f.request_redirect is not None for f in self.filters):
+            raise ValueError("RequestRedirect filter must not be used together with backendRefs")
+        one_prefix = len(self.matches) == 1 and self.matches[0].path.type == "PathPrefix"
+        if one_prefix:
+            return self
+        for kind in ("RequestRedirect", "URLRewrite"):
+            if _replaces_prefix(self.filters, kind):
+                raise ValueError(_PREFIX_MESSAGES[(kind, False)])
+        for kind in ("RequestRedirect", "URLRewrite"):
+            if sum(1 for b in self.backend_refs if _replaces_prefix(b.filters, kind)) == 1:
+                raise ValueError(_PREFIX_MESSAGES[(kind, True)])
+        return self
+
+
+def _check_rules(rules: tuple[HTTPRouteRule, ...]) -> tuple[HTTPRouteRule, ...]:
+    names = [rule.name for rule in rules if rule.name is not None]
+    if len(names) != len(set(names)):
+        raise ValueError("Rule name must be unique within the route")
+    if sum(len(rule.matches) for rule in rules) > 128:
+        raise ValueError(
+            "While 16 rules and 64 matches per rule are allowed, the total number of matches "
+            "across all rules in a route must be less than 128"
+        )
+    return rules
 
 
 class HTTPRouteSpec(Model):
     parent_refs: tuple[ParentReference, ...] = Field(default=(), max_length=32)
     hostnames: tuple[Hostname, ...] = Field(default=(), max_length=16)
-    rules: tuple[HTTPRouteRule, ...] = Field(default=(HTTPRouteRule(),), min_length=1, max_length=16)
+    rules: Annotated[tuple[HTTPRouteRule, ...], AfterValidator(_check_rules)] = Field(
+        default=(HTTPRouteRule(),), min_length=1, max_length=16
+    )
 
 
 class HTTPRoute(KubeObject):

@@ -6,6 +6,9 @@ from weir.api import (
     core_v1,
     discovery_v1,
     gateway_v1,
+    gateway_v1_backendtlspolicy,
+    gateway_v1_grpcroute,
+    gateway_v1_tlsroute,
     gateway_v1alpha2,
     gateway_v1beta1,
     weir_v1alpha1,
@@ -25,8 +28,11 @@ MODELS: tuple[type[KubeObject], ...] = (
     gateway_v1.Gateway,
     gateway_v1.HTTPRoute,
     gateway_v1alpha2.TCPRoute,
+    gateway_v1_tlsroute.TLSRoute,
     gateway_v1beta1.ReferenceGrant,
     xbackend_v1alpha1.XBackend,
+    gateway_v1_backendtlspolicy.BackendTLSPolicy,
+    gateway_v1_grpcroute.GRPCRoute,
 )
 
 _BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {(m.API_VERSION, m.KIND): m for m in MODELS}

@@ -21,10 +21,19 @@ from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import egress
 from weir.translate.backends import BackendResolver
-from weir.translate.gateways import GatewayContext, accepted_classes, gateway_contexts, gateway_status
+from weir.translate.gateways import (
+    GatewayContext,
+    ListenerContext,
+    accepted_classes,
+    gateway_contexts,
+    gateway_status,
+)
+from weir.translate.grpcroutes import kind_conflicts, translate_grpc_routes
 from weir.translate.routes import RouteTable, translate_http_routes
 from weir.translate.settings import Settings
 from weir.translate.tcproutes import tcp_backends, translate_tcp_routes
+from weir.translate.tlslisteners import tls_listener
+from weir.translate.tlsroutes import translate_tls_routes
 
 __all__ = ["Settings", "Translation", "translate"]
 
@@ -51,6 +60,7 @@ def translate(resources: Resources, settings: Settings) -> Translation:
     gateways = gateway_contexts(resources, settings, classes)
     resolver = BackendResolver(resources, settings)
     table = RouteTable()
+    conflicts = kind_conflicts(resources, gateways)  # HTTPRoutes and GRPCRoutes sharing hostnames
     statuses.update(
         translate_http_routes(
             resources,
@@ -59,26 +69,44 @@ def translate(resources: Resources, settings: Settings) -> Translation:
             settings.controller_name,
             table,
             request_timeout_ms=settings.request_timeout_ms,
+            lost=conflicts.lost,
         )
     )
+    statuses.update(
+        translate_grpc_routes(resources, gateways, resolver, settings.controller_name, table, conflicts)
+    )
     statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, table))
+    statuses.update(translate_tls_routes(resources, gateways, resolver, settings.controller_name, table))
     # After every kind of route has resolved its backends: the policy depends on all users.
     _apply_egress_policy(resources, settings, classes, gateways, resolver, table)
     statuses.update(resolver.xbackend_statuses(settings.controller_name))
+    statuses.update(resolver.tls_policies.statuses(settings.controller_name))
 
-    # socket -> protocol; translation of gateways gave each socket to one protocol.
+    # socket -> family; translation of gateways gave each socket to one family (HTTP, TLS, TCP),
+    # and each TLS server name on a socket to one listener.
     sockets: dict[tuple[str, int], str] = {}
+    tls_sockets: dict[tuple[str, int], list[ListenerContext]] = {}
     gateway_sockets: dict[ObjectKey, dict[str, tuple[tuple[str, int], ...]]] = {}
     for ctx in gateways:
         statuses[ctx.gateway.key] = gateway_status(ctx)
-        per_listener = {lc.name: lc.sockets for lc in ctx.listeners if lc.valid}
+        per_listener = {lc.name: lc.sockets for lc in ctx.listeners if lc.served}
         gateway_sockets[ctx.gateway.key] = per_listener
         for lc in ctx.listeners:
-            if lc.valid:
-                sockets.update(dict.fromkeys(lc.sockets, lc.protocol))
+            if lc.valid and lc.family == "TLS":  # served or not: each owns its server name
+                for sock in lc.sockets:
+                    tls_sockets.setdefault(sock, []).append(lc)
+            if not lc.served:
+                continue
+            sockets.update(dict.fromkeys(lc.sockets, lc.family))
+            for cert in lc.certificates:
+                table.secrets[cert.name] = cert
 
     listeners = tuple(
-        _tcp_listener(sock, table) if sockets[sock] == "TCP" else _listener(sock, table)
+        _tcp_listener(sock, table)
+        if sockets[sock] == "TCP"
+        else tls_listener(_listener_name(*sock), *sock, tls_sockets[sock])
+        if sockets[sock] == "TLS"
+        else _listener(sock, table)
         for sock in sorted(sockets)
     )
     return Translation(
@@ -155,30 +183,54 @@ def _apply_egress_policy(
     }
     for secret_name in orphans - in_use:
         table.secrets.pop(secret_name, None)
-    for by_domain in table.entries.values():
+    per_listener = [lc.routes for ctx in gateways for lc in ctx.listeners]
+    for by_domain in [*table.entries.values(), *per_listener]:
         for entries in by_domain.values():
             entries[:] = [(key, _without_upstreams(route, refused)) for key, route in entries]
     for socket, backends in table.tcp.items():
-        weights: dict[str | None, int] = {}
-        for backend in backends:
-            kept = None if backend.upstream in refused else backend.upstream
-            weights[kept] = weights.get(kept, 0) + backend.weight
-        table.tcp[socket] = tcp_backends(weights)
+        table.tcp[socket] = _without_tcp_upstreams(backends, refused)
+    for ctx in gateways:
+        for lc in ctx.listeners:
+            for server_name, backends in lc.relays.items():
+                lc.relays[server_name] = _without_tcp_upstreams(backends, refused)
+
+
+def _without_tcp_upstreams(
+    backends: tuple[ir.WeightedBackend, ...], refused: set[str]
+) -> tuple[ir.WeightedBackend, ...]:
+    """Relayed connections' ``backends`` with those in ``refused`` turned into closed shares."""
+    weights: dict[str | None, int] = {}
+    for backend in backends:
+        kept = None if backend.upstream in refused else backend.upstream
+        weights[kept] = weights.get(kept, 0) + backend.weight
+    return tcp_backends(weights)
 
 
 def _without_upstreams(route: ir.Route, refused: set[str]) -> ir.Route:
-    """``route`` with the backends in ``refused`` turned into failed ones (500 for their share)."""
+    """``route`` with the backends in ``refused`` turned into failed ones (their share: the route's
+    ``unresolved_status``).
+
+    Mirrors to a refused upstream are dropped (a mirror's failure is never the client's).
+    """
     action = route.action
-    if not isinstance(action, ir.Forward) or not any(b.upstream in refused for b in action.backends):
+    if not isinstance(action, ir.Forward):
         return route
-    weights: dict[str | None, int] = {}
+    mirrors = tuple(m for m in action.mirrors if m.upstream not in refused)
+    if not any(b.upstream in refused for b in action.backends):
+        if mirrors == action.mirrors:
+            return route
+        return dataclasses.replace(route, action=dataclasses.replace(action, mirrors=mirrors))
+    weights: dict[tuple[str | None, ir.HeaderEdits | None, ir.HeaderEdits | None], int] = {}
     for backend in action.backends:
         name = None if backend.upstream in refused else backend.upstream
-        weights[name] = weights.get(name, 0) + backend.weight
-    if all(name is None for name in weights):
-        return dataclasses.replace(route, action=ir.DirectResponse(500))
+        key = (name, backend.request_headers, backend.response_headers)
+        weights[key] = weights.get(key, 0) + backend.weight
+    if all(name is None for name, _, _ in weights):
+        return dataclasses.replace(route, action=ir.DirectResponse(action.unresolved_status))
     backends = tuple(
-        ir.WeightedBackend(name, weight)
-        for name, weight in sorted(weights.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+        ir.WeightedBackend(name, weight, request_headers=req, response_headers=resp)
+        for (name, req, resp), weight in sorted(
+            weights.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or "", repr(kv[0][1:]))
+        )
     )
-    return dataclasses.replace(route, action=dataclasses.replace(action, backends=backends))
+    return dataclasses.replace(route, action=dataclasses.replace(action, backends=backends, mirrors=mirrors))

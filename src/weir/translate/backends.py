@@ -24,8 +24,18 @@ from weir.api.xbackend_v1alpha1 import XBackend
 from weir.resources import Resources
 from weir.translate import egress, tls
 from weir.translate import status as st
+from weir.translate.backendtls import BackendTLSPolicies
 from weir.translate.grants import reference_permitted
 from weir.translate.settings import Settings
+
+#: Kubernetes' standard application protocols (KEP-3726) weir acts on.
+H2C_APP_PROTOCOL = "kubernetes.io/h2c"
+WS_APP_PROTOCOL = "kubernetes.io/ws"
+WSS_APP_PROTOCOL = "kubernetes.io/wss"
+
+
+#: Route kinds that relay bytes rather than requests: their backends speak raw TCP.
+RAW_ROUTE_KINDS = ("TCPRoute", "TLSRoute")
 
 
 @dataclass(frozen=True)
@@ -41,10 +51,12 @@ class Resolved:
     """A backendRef that resolved to an object.
 
     ``upstream`` is ``None`` when the object exists but cannot be used (for
-    example an XBackend whose CA does not load): requests for it get 500,
-    and the object's own status says why. ``streaming`` marks a backend whose
-    responses are long-lived event streams (an XBackend with protocol
-    ``MCP``): routes to it must not time them out.
+    example an XBackend whose CA does not load, or a Service whose
+    BackendTLSPolicy does not): requests for it get 500, and the object's
+    (or the policy's) own status says why. ``streaming`` marks a backend
+    whose exchanges are long-lived (an XBackend with protocol ``MCP``, a
+    Service port of appProtocol ``kubernetes.io/ws``): routes to it must not
+    time them out.
     """
 
     upstream: ir.Upstream | None
@@ -67,6 +79,7 @@ class BackendResolver:
         self._settings = settings
         self._xbackends: dict[ObjectKey, XBackendVerdict] = {}
         self._xbackend_users: dict[ObjectKey, set[ObjectKey]] = defaultdict(set)
+        self.tls_policies = BackendTLSPolicies(resources, settings)
 
     def resolve(
         self,
@@ -80,10 +93,13 @@ class BackendResolver:
 
         ``route_kind`` also decides what the backend must speak: an
         ``HTTPRoute`` needs HTTP (Service ports, XBackends of any protocol
-        but ``TCP``), a ``TCPRoute`` raw TCP (Service ports, XBackends of
-        protocol ``TCP``). ``gateways`` are the Gateways the route is
-        attached to; they become parents in the status of a referenced
-        XBackend.
+        but ``TCP``), a ``GRPCRoute`` HTTP/2 (Service ports, always spoken to
+        in HTTP/2; XBackends of protocol ``HTTP2`` or ``H2C``, or of
+        protocol ``HTTP`` or unset with TLS, where ALPN offers h2), a
+        ``TCPRoute`` or ``TLSRoute`` raw TCP (Service ports, XBackends of protocol ``TCP``).
+        ``gateways`` are the Gateways the route is attached to; they become
+        parents in the status of a referenced XBackend, and ancestors in the
+        status of the BackendTLSPolicy of a referenced Service.
         """
         namespace = ref.namespace or route_namespace
         target = f"{ref.kind} {namespace}/{ref.name}"
@@ -113,13 +129,29 @@ class BackendResolver:
                 f"allows {route_kind}s from {route_namespace} to refer to it",
             )
         if kind_group == "":
-            return self._service(namespace, ref, tcp=route_kind == "TCPRoute")
+            return self._service(route_kind, namespace, ref, gateways)
         return self._xbackend(route_kind, namespace, ref, gateways)
 
     # ------------------------------------------------------------ Services
 
-    def _service(self, namespace: str, ref: BackendRef, *, tcp: bool) -> Resolved | RefFailure:
-        """A Service port; ``tcp``: for raw TCP (a TCPRoute), an upstream of its own (``.../tcp``)."""
+    def _service(
+        self, route_kind: str, namespace: str, ref: BackendRef, gateways: set[ObjectKey]
+    ) -> Resolved | RefFailure:
+        """A Service port, with TLS when a BackendTLSPolicy targets it.
+
+        What is spoken to it depends on the route kind and the port's
+        ``appProtocol`` (Kubernetes' standard names, KEP-3726):
+
+        - ``TCPRoute``, ``TLSRoute``: raw bytes, an upstream of its own (``.../tcp``).
+        - ``GRPCRoute``: HTTP/2, which gRPC needs (the Gateway API lets the
+          route kind decide the protocol): an upstream of its own
+          (``.../h2``), unless the port already speaks HTTP/2.
+        - ``HTTPRoute``: ``kubernetes.io/h2c``: HTTP/2 with prior knowledge
+          (with a policy's TLS: HTTP/2 negotiated as ``h2``);
+          ``kubernetes.io/ws``: HTTP/1.1, WebSocket upgrades passed through;
+          ``kubernetes.io/wss``: the same over TLS, so it needs a policy;
+          anything else: HTTP/1.1, or with TLS what ALPN negotiates.
+        """
         svc = self._resources.service(namespace, ref.name)
         if svc is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"Service {namespace}/{ref.name} does not exist")
@@ -130,38 +162,71 @@ class BackendResolver:
                 st.R_BACKEND_NOT_FOUND,
                 f"Service {namespace}/{ref.name} has no port {ref.port} (its ports: {have})",
             )
-        if tcp:
-            return Resolved(
-                ir.Upstream(
-                    name=f"service/{namespace}/{ref.name}/{port.port}/tcp",
-                    destination=ir.StaticEndpoints(self._endpoints(svc, port)),
-                    protocol=ir.UpstreamProtocol.TCP,
+        applied = self.tls_policies.for_port(svc, port, gateways)
+        upstream_tls: ir.UpstreamTLS | None = None
+        secrets: tuple[ir.Secret, ...] = ()
+        if applied is not None:
+            if applied.origination is None:
+                return Resolved(None)  # the policy says why; never plaintext instead
+            upstream_tls, secrets = applied.origination.tls, applied.origination.secrets
+        app_protocol = port.app_protocol
+        name = f"service/{namespace}/{ref.name}/{port.port}"
+        websocket = False
+        if route_kind in RAW_ROUTE_KINDS:
+            name, protocol = f"{name}/tcp", ir.UpstreamProtocol.TCP
+        elif route_kind == "GRPCRoute":
+            protocol = ir.UpstreamProtocol.HTTP2
+            if app_protocol != H2C_APP_PROTOCOL:
+                name = f"{name}/h2"
+        elif app_protocol == H2C_APP_PROTOCOL:
+            protocol = ir.UpstreamProtocol.HTTP2
+        elif app_protocol in (WS_APP_PROTOCOL, WSS_APP_PROTOCOL):
+            if app_protocol == WSS_APP_PROTOCOL and upstream_tls is None:
+                return RefFailure(
+                    st.R_UNSUPPORTED_PROTOCOL,
+                    f"Service {namespace}/{ref.name} port {port.port} has appProtocol {WSS_APP_PROTOCOL} "
+                    "(WebSocket over TLS), but no BackendTLSPolicy targets it: add one to say how to "
+                    f"verify the backend, or use {WS_APP_PROTOCOL}",
                 )
-            )
-        return Resolved(
-            ir.Upstream(
-                name=f"service/{namespace}/{ref.name}/{port.port}",
-                destination=ir.StaticEndpoints(self._endpoints(svc, port)),
-                protocol=ir.UpstreamProtocol.HTTP2
-                if port.app_protocol == "kubernetes.io/h2c"
-                else ir.UpstreamProtocol.HTTP1,
-            )
+            protocol, websocket = ir.UpstreamProtocol.HTTP1, True
+        else:
+            protocol = ir.UpstreamProtocol.AUTO if upstream_tls is not None else ir.UpstreamProtocol.HTTP1
+        upstream = ir.Upstream(
+            name=name,
+            destination=ir.StaticEndpoints(self._endpoints(svc, port)),
+            protocol=protocol,
+            tls=upstream_tls,
+            websocket=websocket,
         )
+        return Resolved(upstream, secrets, streaming=websocket)
 
     def _endpoints(self, svc: Service, port: ServicePort) -> tuple[ir.Endpoint, ...]:
-        """Ready endpoints of ``svc`` for ``port``, matched to slice ports by name."""
-        found: set[tuple[str, int]] = set()
+        """The endpoints of ``svc`` for ``port``, from every slice, matched to slice ports by name.
+
+        As kube-proxy does: the ready endpoints; when there are none, the
+        terminating ones that still serve, so that connections keep working
+        while a whole Service rolls over (they would otherwise all fail,
+        though the old pods still answer). Endpoints that neither are ready
+        nor serve are never used. FQDN slices are not read.
+        """
+        ready: set[tuple[str, int]] = set()
+        draining: set[tuple[str, int]] = set()
         wanted = port.name or ""
         for eps in self._resources.endpoint_slices(svc.namespace, svc.name):
             if eps.address_type == "FQDN":
                 continue
-            slice_port = next((p for p in eps.ports if (p.name or "") == wanted and p.port), None)
+            slice_port = next(
+                (p for p in eps.ports if (p.name or "") == wanted and p.protocol == port.protocol and p.port),
+                None,
+            )
             if slice_port is None or slice_port.port is None:
                 continue
             for endpoint in eps.endpoints:
                 if endpoint.is_ready:
-                    found.update((addr, slice_port.port) for addr in endpoint.addresses)
-        return tuple(ir.Endpoint(a, p) for a, p in sorted(found))
+                    ready.update((addr, slice_port.port) for addr in endpoint.addresses)
+                elif endpoint.is_serving and endpoint.is_terminating:
+                    draining.update((addr, slice_port.port) for addr in endpoint.addresses)
+        return tuple(ir.Endpoint(a, p) for a, p in sorted(ready or draining))
 
     # ------------------------------------------------------------ XBackends
 
@@ -177,14 +242,22 @@ class BackendResolver:
                 f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
                 f"port {xb.spec.port.port}; omit the port or make them equal",
             )
-        if route_kind == "TCPRoute" and xb.spec.protocol != "TCP":
+        if route_kind == "GRPCRoute" and not _carries_grpc(xb):
+            protocol = xb.spec.protocol or "unset (HTTP)"
+            mode = xb.spec.tls.mode if xb.spec.tls else "None"
+            return RefFailure(
+                st.R_UNSUPPORTED_PROTOCOL,
+                f"XBackend {namespace}/{ref.name} has protocol {protocol} with tls.mode {mode}, which cannot "
+                "carry gRPC: gRPC needs HTTP/2; set the protocol to HTTP2 (or H2C in plaintext)",
+            )
+        if route_kind in RAW_ROUTE_KINDS and xb.spec.protocol != "TCP":
             protocol = xb.spec.protocol or "unset (HTTP)"
             return RefFailure(
                 st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol {protocol}, which a TCPRoute cannot use; "
-                "a TCPRoute relays raw bytes: set the XBackend's protocol to TCP, or use an HTTPRoute",
+                f"XBackend {namespace}/{ref.name} has protocol {protocol}, which a {route_kind} cannot use; "
+                f"a {route_kind} relays raw bytes: set the XBackend's protocol to TCP, or use an HTTPRoute",
             )
-        if route_kind != "TCPRoute" and xb.spec.protocol == "TCP":
+        if route_kind not in RAW_ROUTE_KINDS and xb.spec.protocol == "TCP":
             return RefFailure(
                 st.R_UNSUPPORTED_PROTOCOL,
                 f"XBackend {namespace}/{ref.name} has protocol TCP, which an HTTPRoute cannot use; "
@@ -309,8 +382,10 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             default_hostname=hostname,
             secret_prefix=prefix,
         )
-        if isinstance(result, tls.TlsProblem):
-            return refused(result.accepted_reason, result.message, result.resolved_reason)
+        if isinstance(result, tls.TlsProblem) or result.skipped:
+            # An XBackend trusts exactly what it names: one unusable CA reference refuses it.
+            problem = result if isinstance(result, tls.TlsProblem) else result.skipped[0]
+            return refused(problem.accepted_reason, problem.message, problem.resolved_reason)
         upstream_tls = result.tls
         secrets.extend(result.secrets)
         if spec.tls.client_certificate_ref is not None:
@@ -349,6 +424,14 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
         (st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"),
     )
     return XBackendVerdict(upstream, tuple(secrets), conds)
+
+
+def _carries_grpc(xb: XBackend) -> bool:
+    """Whether what weir speaks to ``xb`` can be HTTP/2 (see :func:`_protocol`)."""
+    if xb.spec.protocol in ("HTTP2", "H2C"):
+        return True
+    tls_on = xb.spec.tls is not None and xb.spec.tls.mode != "None"
+    return xb.spec.protocol in (None, "HTTP") and tls_on
 
 
 def _protocol(protocol: str | None, *, tls_on: bool) -> ir.UpstreamProtocol:

@@ -3,32 +3,51 @@
 from __future__ import annotations
 
 import ipaddress
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir import ir
 from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, Listener
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
+from weir.translate.certificates import CertificateProblem, listener_certificates
 from weir.translate.egress import class_config
 from weir.translate.settings import Settings
 
 #: Route kinds a listener of each protocol can carry, today.
-SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "TCP": ("TCPRoute",)}
+SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute", "GRPCRoute"), "TCP": ("TCPRoute",)}
+#: HTTPS carries what HTTP carries, inside TLS; TLS carries TLSRoutes (passthrough or terminated).
+SUPPORTED_KINDS["HTTPS"] = SUPPORTED_KINDS["HTTP"]
+SUPPORTED_KINDS["TLS"] = ("TLSRoute",)
+
+#: The Gateway API release whose resources weir implements (``SupportedVersion``).
+GATEWAY_API_VERSION = "v1.6"
+
+#: The protocols of the Gateway API core, which it says to compare case-insensitively.
+CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP")
+
+#: Which listeners can share a socket: HTTP ones (told apart by Host), TLS ones (HTTPS and
+#: TLS, told apart by the server name of the ClientHello); a TCP listener has its socket alone.
+FAMILIES = {"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP"}
+
+#: A route's place among the routes of one domain: smaller first (see :mod:`weir.translate.routes`).
+RouteEntry = tuple[tuple[Any, ...], ir.Route]
 
 
 @dataclass(frozen=True)
 class Conflict:
-    """Why a listener of a supported protocol is not served: another listener wants its socket.
+    """Why a listener of a supported protocol is not served: another listener wants its socket or name.
 
-    ``reason`` is the listener's ``Accepted=False`` reason; ``protocol``
-    marks a Gateway API protocol conflict (``Conflicted=True``,
-    ``ProtocolConflict``).
+    ``reason`` is the listener's ``Accepted=False`` reason; ``conflicted``
+    the reason of ``Conflicted=True`` (``ProtocolConflict``,
+    ``HostnameConflict``), if the Gateway API calls it a conflict.
     """
 
     reason: str
     message: str
-    protocol: bool
+    conflicted: str | None
 
 
 @dataclass
@@ -36,9 +55,13 @@ class ListenerContext:
     """One Gateway listener weir will serve, with what routes attach to it.
 
     ``attached`` counts routes that attached (for ``attachedRoutes``);
-    translation of routes increments it. ``valid`` is False for an
-    unsupported protocol and for a listener that lost its socket to another
-    (``conflict`` says why).
+    translation of routes increments it. ``valid`` (``Accepted=True``) is
+    False for an unsupported protocol, for a value weir does not support
+    (``unsupported`` says which), and for a listener that lost its socket or
+    server name to another (``conflict`` says why). Routes attach to valid
+    listeners. A valid listener that terminates TLS is only served once its
+    ``certificates`` resolve: with a ``certificate_problem`` routes still
+    attach (and count) but it serves nothing.
     """
 
     gateway: Gateway
@@ -48,6 +71,17 @@ class ListenerContext:
     valid: bool
     attached: int = 0
     conflict: Conflict | None = None
+    unsupported: str | None = None
+    certificates: tuple[ir.TlsCertificate, ...] = ()
+    certificate_problem: CertificateProblem | None = None
+    #: Listeners on the same socket whose TLS hostnames overlap this one's (``OverlappingTLSConfig``).
+    overlapping: list[str] = field(default_factory=list)
+    #: The HTTP routes attached to this listener, by domain (filled by route translation); what
+    #: an HTTPS listener serves, since the server name of a connection picks one listener.
+    routes: dict[str, list[RouteEntry]] = field(default_factory=lambda: defaultdict(list))
+    #: A TLS listener's server names, each with the backends of the TLSRoute that gets its
+    #: connections (filled by TLSRoute translation).
+    relays: dict[str, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -55,7 +89,31 @@ class ListenerContext:
 
     @property
     def protocol(self) -> str:
-        return self.spec.protocol
+        """``spec.protocol``, upper-cased when it is a core protocol (``https`` is ``HTTPS``)."""
+        upper = self.spec.protocol.upper()
+        return upper if upper in CORE_PROTOCOLS else self.spec.protocol
+
+    @property
+    def family(self) -> str:
+        """Which listeners this one can share a socket with (see :data:`FAMILIES`)."""
+        return FAMILIES.get(self.protocol, self.protocol)
+
+    @property
+    def hostname(self) -> str | None:
+        return self.spec.hostname
+
+    @property
+    def terminates_tls(self) -> bool:
+        """HTTPS, or TLS in mode ``Terminate``: the gateway presents certificates."""
+        tls = self.spec.tls
+        return self.protocol == "HTTPS" or (
+            self.protocol == "TLS" and tls is not None and tls.mode == "Terminate"
+        )
+
+    @property
+    def served(self) -> bool:
+        """Accepted and usable: it is in the data plane."""
+        return self.valid and self.certificate_problem is None
 
 
 @dataclass
@@ -73,6 +131,12 @@ def accepted_classes(
 
     Classes naming another controller are left alone: no status is written
     for them, exactly as another implementation would expect.
+
+    ``SupportedVersion`` is always True. The Gateway API defines it from the
+    ``gateway.networking.k8s.io/bundle-version`` annotation of the installed
+    CRDs, and in standalone mode there are none: weir reads manifests with
+    its own models of :data:`GATEWAY_API_VERSION`, so that is the version
+    whose resources are supported, whatever CRDs a cluster elsewhere has.
     """
     names: set[str] = set()
     statuses: dict[ObjectKey, dict[str, Any]] = {}
@@ -93,40 +157,56 @@ def accepted_classes(
             if config is not None:
                 message += f" with the parameters of {config.KIND} {config.name}"
             accepted = st.condition(st.ACCEPTED, True, st.R_ACCEPTED, message, gen)
-        statuses[gc.key] = {"conditions": [accepted]}
+        supported = st.condition(
+            st.SUPPORTED_VERSION,
+            True,
+            st.R_SUPPORTED_VERSION,
+            f"weir implements Gateway API {GATEWAY_API_VERSION} and reads these resources with its own "
+            "models of that version (no CRDs are consulted in standalone mode)",
+            gen,
+        )
+        statuses[gc.key] = {"conditions": [accepted, supported]}
     return names, statuses
 
 
 def gateway_contexts(resources: Resources, settings: Settings, classes: set[str]) -> list[GatewayContext]:
     """A context for every Gateway of a class weir controls, sorted by namespace/name.
 
-    Listeners that cannot have their socket are marked invalid first (see
-    :func:`_settle_sockets`), so each Gateway's ``Accepted`` counts them.
+    Listeners that cannot have their socket or server name are marked
+    invalid first (see :func:`_settle_sockets`), so each Gateway's
+    ``Accepted`` counts them; then overlapping TLS hostnames are noted.
     """
     out = []
     for gw in resources.all(Gateway):
         if gw.spec.gateway_class_name in classes:
-            out.append(_gateway_context(gw, settings))
+            out.append(_gateway_context(resources, gw, settings))
     _settle_sockets(out)
+    _note_overlaps(out)
     for ctx in out:
         _gateway_accepted(ctx)
     return out
 
 
 def _settle_sockets(gateways: list[GatewayContext]) -> None:
-    """Give every socket to listeners of one protocol; mark the others invalid.
+    """Give every socket to listeners of one family, and every TLS server name to one listener.
 
-    HTTP listeners share a socket (virtual hosts tell them apart); a TCP
-    listener needs its socket for itself. Within one Gateway, listeners of
-    different protocols on one port are all refused (Gateway API:
-    ``Conflicted=True``, ``ProtocolConflict``; none of them is served).
-    Across Gateways, which all run in this one Envoy, the oldest Gateway
-    (creation time, then namespace/name) keeps the socket and a newer one's
-    listener is refused with ``PortUnavailable``: a Gateway created later
-    never takes a port away from one that is serving (without creation
-    times, as in plain files, namespace/name decides).
+    HTTP listeners share a socket (virtual hosts tell them apart), so do
+    HTTPS and TLS listeners (the server name of the ClientHello tells them
+    apart); a TCP listener needs its socket for itself. Within one Gateway,
+    listeners on one port that cannot share it are all refused (Gateway API:
+    ``Conflicted=True``, ``ProtocolConflict``; none of them is served): those
+    of different families, and an HTTPS and a TLS listener with the same
+    hostname (or both without one). Across Gateways, which all run in this
+    one Envoy, the oldest Gateway (creation time, then namespace/name) keeps
+    the socket, and a newer one's listener is refused with
+    ``PortUnavailable``, or, for an HTTPS or TLS hostname an older Gateway
+    serves on that socket, with ``Conflicted=True``, ``HostnameConflict``: a
+    Gateway created later never takes a port or a name away from one that is
+    serving (without creation times, as in plain files, namespace/name
+    decides).
     """
     owners: dict[tuple[str, int], ListenerContext] = {}
+    names: dict[tuple[tuple[str, int], str], ListenerContext] = {}
     ordered = sorted(
         gateways,
         key=lambda c: (c.gateway.metadata.creation_timestamp or "", c.gateway.namespace, c.gateway.name),
@@ -134,49 +214,147 @@ def _settle_sockets(gateways: list[GatewayContext]) -> None:
     for ctx in ordered:
         valid = [lc for lc in ctx.listeners if lc.valid]
         for lc in valid:
-            rivals = [
-                o.name
-                for o in valid
-                if o is not lc and o.spec.port == lc.spec.port and o.protocol != lc.protocol
-            ]
-            if rivals:
-                lc.conflict = Conflict(
-                    st.R_INVALID,
-                    f"Port {lc.spec.port} is also used by listener {', '.join(rivals)} with another "
-                    f"protocol; one port serves one protocol: change the port of one of them",
-                    protocol=True,
-                )
+            lc.conflict = _conflict_within(lc, valid)
         for lc in valid:
+            if lc.conflict is None:
+                lc.conflict = _conflict_across(lc, owners, names)
             if lc.conflict is not None:
                 lc.valid = False
                 continue
             for socket in lc.sockets:
-                owner = owners.get(socket)
-                if owner is None or owner.gateway is lc.gateway:
-                    continue
-                if owner.protocol == "HTTP" and lc.protocol == "HTTP":
-                    continue
-                address, port = socket
-                lc.conflict = Conflict(
-                    st.R_PORT_UNAVAILABLE,
-                    f"{address}:{port} is already served by listener {owner.name} ({owner.protocol}) of "
-                    f"the older Gateway {owner.gateway.namespace}/{owner.gateway.name}; "
-                    + (
-                        "a TCP listener needs its port for itself"
-                        if "TCP" in (lc.protocol, owner.protocol)
-                        else "listeners of different protocols cannot share a port"
-                    )
-                    + ": use another port or another address",
-                    protocol=False,
+                owners.setdefault(socket, lc)
+                if lc.family == "TLS":
+                    names.setdefault((socket, lc.hostname or ""), lc)
+
+
+def _conflict_within(lc: ListenerContext, valid: list[ListenerContext]) -> Conflict | None:
+    """Why ``lc`` cannot share its port with the other valid listeners of its Gateway, if it cannot.
+
+    ``ProtocolConflict`` for another family, or an HTTPS and a TLS listener
+    with one hostname; ``HostnameConflict`` for one TLS-family hostname twice
+    with the same protocol spelled differently (``https``, ``HTTPS``).
+    """
+    port = lc.spec.port
+    others = [o for o in valid if o is not lc and o.spec.port == port]
+    families = [o for o in others if o.family != lc.family]
+    if families:
+        message = (
+            f"Port {port} is also used by listener "
+            + ", ".join(f"{o.name} ({o.protocol})" for o in families)
+            + f", which cannot share it with {lc.protocol}: a port serves HTTP listeners, or HTTPS and "
+            "TLS listeners, or one TCP listener; change the port of one of them"
+        )
+        return Conflict(st.R_INVALID, message, conflicted=st.R_PROTOCOL_CONFLICT)
+    if lc.family != "TLS":
+        return None
+    same = [o for o in others if o.hostname == lc.hostname]
+    if not same:
+        return None
+    what = f"hostname {lc.hostname}" if lc.hostname else "no hostname (every server name)"
+    message = (
+        f"Listener {', '.join(f'{o.name} ({o.protocol})' for o in same)} also has port {port} and {what}: "
+        "the server name of a TLS connection could not tell them apart; give them different hostnames "
+        "or ports"
+    )
+    # Same protocol: only spelled differently (https, HTTPS), which the CRD's uniqueness rule misses.
+    protocol = any(o.protocol != lc.protocol for o in same)
+    return Conflict(
+        st.R_INVALID, message, conflicted=st.R_PROTOCOL_CONFLICT if protocol else st.R_HOSTNAME_CONFLICT
+    )
+
+
+def _conflict_across(
+    lc: ListenerContext,
+    owners: dict[tuple[str, int], ListenerContext],
+    names: dict[tuple[tuple[str, int], str], ListenerContext],
+) -> Conflict | None:
+    """Why an older Gateway's listeners (already in ``owners`` and ``names``) keep ``lc``'s socket."""
+    for socket in lc.sockets:
+        address, port = socket
+        owner = owners.get(socket)
+        if (
+            owner is not None
+            and owner.gateway is not lc.gateway
+            and (owner.family != lc.family or lc.family == "TCP")
+        ):
+            gw = owner.gateway
+            return Conflict(
+                st.R_PORT_UNAVAILABLE,
+                f"{address}:{port} is already served by listener {owner.name} ({owner.protocol}) of "
+                f"the older Gateway {gw.namespace}/{gw.name}; "
+                + (
+                    "a TCP listener needs its port for itself"
+                    if "TCP" in (lc.protocol, owner.protocol)
+                    else "listeners of these protocols cannot share a port"
                 )
-                lc.valid = False
-                break
-            else:
+                + ": use another port or another address",
+                conflicted=None,
+            )
+        holder = names.get((socket, lc.hostname or ""))
+        if holder is not None and holder.gateway is not lc.gateway:
+            gw = holder.gateway
+            what = f"hostname {lc.hostname}" if lc.hostname else "every server name (no hostname)"
+            return Conflict(
+                st.R_INVALID,
+                f"{address}:{port} already serves {what} for listener {holder.name} ({holder.protocol}) of "
+                f"the older Gateway {gw.namespace}/{gw.name}; use another hostname, port or address",
+                conflicted=st.R_HOSTNAME_CONFLICT,
+            )
+    return None
+
+
+def _note_overlaps(gateways: list[GatewayContext]) -> None:
+    """Mark TLS-terminating listeners whose hostnames overlap on a socket (``OverlappingTLSConfig``).
+
+    A client may reuse a connection made for one name for another its
+    certificate also covers (HTTP connection coalescing); on a socket
+    serving ``a.example.com`` and ``*.example.com`` that reaches the
+    other listener's certificate, answered 421 by weir. Only a warning: both
+    are served.
+    """
+    by_socket: dict[tuple[str, int], list[ListenerContext]] = defaultdict(list)
+    for ctx in gateways:
+        for lc in ctx.listeners:
+            if lc.valid and lc.terminates_tls:
                 for socket in lc.sockets:
-                    owners.setdefault(socket, lc)
+                    by_socket[socket].append(lc)
+    for listeners in by_socket.values():
+        for lc in listeners:
+            for other in listeners:
+                if other is lc or not hostnames_overlap(lc.hostname, other.hostname):
+                    continue
+                label = _label(other, lc.gateway)
+                if label not in lc.overlapping:
+                    lc.overlapping.append(label)
 
 
-def _gateway_context(gw: Gateway, settings: Settings) -> GatewayContext:
+def _label(lc: ListenerContext, seen_from: Gateway) -> str:
+    gw = lc.gateway
+    name = f"{lc.name} ({lc.hostname or 'no hostname'})"
+    return name if gw is seen_from else f"{name} of Gateway {gw.namespace}/{gw.name}"
+
+
+def hostnames_overlap(a: str | None, b: str | None) -> bool:
+    """Whether some server name matches both listener hostnames (``None``: every name)."""
+    if a is None or b is None or a == b:
+        return True
+    return covers(a, b) or covers(b, a)
+
+
+def covers(hostname: str | None, name: str) -> bool:
+    """Whether listener ``hostname`` matches ``name`` (possibly a wildcard itself: then all it matches).
+
+    ``None`` matches every name; ``*.example.com`` any name with one or more
+    labels in front of ``example.com``.
+    """
+    if hostname is None or hostname == name:
+        return True
+    if not hostname.startswith("*."):
+        return False
+    return name.endswith(hostname[1:])
+
+
+def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> GatewayContext:
     gen = gw.metadata.generation
     ctx = GatewayContext(gateway=gw)
     addresses: list[str] = []
@@ -203,7 +381,7 @@ def _gateway_context(gw: Gateway, settings: Settings) -> GatewayContext:
         return ctx
     ctx.addresses = tuple(addresses) or (settings.bind_address,)
     for spec in gw.spec.listeners:
-        ctx.listeners.append(_listener_context(gw, spec, ctx.addresses))
+        ctx.listeners.append(_listener_context(resources, gw, spec, ctx.addresses))
     return ctx
 
 
@@ -213,10 +391,11 @@ def _gateway_accepted(ctx: GatewayContext) -> None:
         return  # already refused (unsupported addresses)
     gen = ctx.gateway.metadata.generation
     valid = [lc for lc in ctx.listeners if lc.valid]
-    if len(valid) == len(ctx.listeners):
+    if all(lc.served for lc in ctx.listeners):
         ctx.conditions.append(st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Gateway is valid", gen))
     else:
-        bad = ", ".join(lc.name for lc in ctx.listeners if not lc.valid)
+        # Not accepted, or accepted but unusable (certificates): either way not configured.
+        bad = ", ".join(lc.name for lc in ctx.listeners if not lc.served)
         ctx.conditions.append(
             st.condition(
                 st.ACCEPTED,
@@ -228,27 +407,63 @@ def _gateway_accepted(ctx: GatewayContext) -> None:
         )
 
 
-def _listener_context(gw: Gateway, spec: Listener, addresses: tuple[str, ...]) -> ListenerContext:
-    supported = SUPPORTED_KINDS.get(spec.protocol)
+def _listener_context(
+    resources: Resources, gw: Gateway, spec: Listener, addresses: tuple[str, ...]
+) -> ListenerContext:
     sockets = tuple((a, spec.port) for a in addresses)
+    lc = ListenerContext(gw, spec, sockets, (), valid=False)
+    supported = SUPPORTED_KINDS.get(lc.protocol)
     if supported is None:
-        return ListenerContext(gw, spec, sockets, (), valid=False)
+        return lc
     if spec.allowed_routes.kinds:
-        kinds = tuple(k.kind for k in spec.allowed_routes.kinds if k.group == GROUP and k.kind in supported)
+        lc.kinds = tuple(
+            k.kind for k in spec.allowed_routes.kinds if k.group == GROUP and k.kind in supported
+        )
     else:
-        kinds = supported
-    return ListenerContext(gw, spec, sockets, kinds, valid=True)
+        lc.kinds = supported
+    lc.valid = True
+    if not lc.terminates_tls:
+        return lc
+    refused = []
+    if spec.tls is not None and spec.tls.options:
+        refused.append(f"tls.options ({', '.join(sorted(spec.tls.options))}): weir supports no TLS options")
+    frontend = (gw.spec.tls or {}).get("frontend")
+    if lc.protocol == "HTTPS" and frontend:
+        refused.append(
+            "the Gateway's spec.tls.frontend (client certificate validation): weir cannot validate "
+            "client certificates yet, and does not serve HTTPS without the validation asked for"
+        )
+    if refused:
+        lc.valid = False
+        lc.unsupported = "; ".join(refused)
+        return lc
+    found = listener_certificates(resources, gw, spec.tls)
+    if isinstance(found, CertificateProblem):
+        lc.certificate_problem = found
+    else:
+        lc.certificates = found
+    return lc
 
 
 def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
     """The status of a Gateway once routes have attached (``attachedRoutes`` is final)."""
     gen = ctx.gateway.metadata.generation
     conditions = list(ctx.conditions)
-    if ctx.addresses:
+    if not ctx.addresses:
+        conditions.append(
+            st.condition(st.PROGRAMMED, False, st.R_INVALID, "The Gateway is not accepted", gen)
+        )
+    elif any(lc.served for lc in ctx.listeners):
         conditions.append(st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen))
     else:
         conditions.append(
-            st.condition(st.PROGRAMMED, False, st.R_INVALID, "The Gateway is not accepted", gen)
+            st.condition(
+                st.PROGRAMMED,
+                False,
+                st.R_INVALID,
+                "No listener can be served; see each listener's conditions",
+                gen,
+            )
         )
     listeners = []
     for lc in ctx.listeners:
@@ -267,39 +482,69 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
 
 
 def _listener_conditions(lc: ListenerContext, gen: int) -> list[st.Condition]:
+    not_accepted = st.condition(st.PROGRAMMED, False, st.R_INVALID, "The listener is not accepted", gen)
+    no_refs = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "No references to resolve", gen)
     if lc.conflict is not None:
         conds = [
             st.condition(st.ACCEPTED, False, lc.conflict.reason, lc.conflict.message, gen),
-            st.condition(st.PROGRAMMED, False, st.R_INVALID, "The listener is not accepted", gen),
-            st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "No references to resolve", gen),
+            not_accepted,
+            no_refs,
         ]
-        if lc.conflict.protocol:
-            conds.append(st.condition(st.CONFLICTED, True, st.R_PROTOCOL_CONFLICT, lc.conflict.message, gen))
+        if lc.conflict.conflicted is not None:
+            conds.append(st.condition(st.CONFLICTED, True, lc.conflict.conflicted, lc.conflict.message, gen))
         return conds
     if not lc.valid:
-        message = (
-            f"Protocol {lc.spec.protocol} is not supported by weir yet; "
-            f"supported: {', '.join(sorted(SUPPORTED_KINDS))}"
-        )
-        return [
-            st.condition(st.ACCEPTED, False, st.R_UNSUPPORTED_PROTOCOL, message, gen),
-            st.condition(st.PROGRAMMED, False, st.R_INVALID, "The listener is not accepted", gen),
-            st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "No references to resolve", gen),
-        ]
+        if lc.unsupported is not None:
+            accepted = st.condition(
+                st.ACCEPTED, False, st.R_UNSUPPORTED_VALUE, f"Not supported: {lc.unsupported}", gen
+            )
+        else:
+            message = (
+                f"Protocol {lc.spec.protocol} is not supported by weir yet; "
+                f"supported: {', '.join(sorted(SUPPORTED_KINDS))}"
+            )
+            accepted = st.condition(st.ACCEPTED, False, st.R_UNSUPPORTED_PROTOCOL, message, gen)
+        return [accepted, not_accepted, no_refs]
     conds = [st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Listener is valid", gen)]
-    conds.append(st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen))
-    wanted = [f"{k.group}/{k.kind}" for k in lc.spec.allowed_routes.kinds]
-    invalid = [w for w in wanted if w.split("/", 1)[1] not in lc.kinds or not w.startswith(GROUP + "/")]
-    if invalid:
+    problems: list[tuple[str, str]] = []
+    if lc.certificate_problem is not None:
+        problems.append((lc.certificate_problem.reason, lc.certificate_problem.message))
         conds.append(
             st.condition(
-                st.RESOLVED_REFS,
+                st.PROGRAMMED,
                 False,
-                st.R_INVALID_ROUTE_KINDS,
-                f"Route kinds not supported on a {lc.spec.protocol} listener: {', '.join(invalid)}",
+                st.R_INVALID,
+                "The listener serves nothing until its certificates resolve; see ResolvedRefs",
                 gen,
             )
         )
     else:
+        conds.append(st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen))
+    wanted = [f"{k.group}/{k.kind}" for k in lc.spec.allowed_routes.kinds]
+    invalid = [w for w in wanted if w.split("/", 1)[1] not in lc.kinds or not w.startswith(GROUP + "/")]
+    if invalid:
+        problems.append(
+            (
+                st.R_INVALID_ROUTE_KINDS,
+                f"Route kinds not supported on a {lc.spec.protocol} listener: {', '.join(invalid)}",
+            )
+        )
+    if problems:
+        message = "; ".join(message for _, message in problems)
+        conds.append(st.condition(st.RESOLVED_REFS, False, problems[0][0], message, gen))
+    else:
         conds.append(st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved", gen))
+    if lc.overlapping:
+        conds.append(
+            st.condition(
+                st.OVERLAPPING_TLS_CONFIG,
+                True,
+                st.R_OVERLAPPING_HOSTNAMES,
+                f"Hostname {lc.hostname or '(none: every name)'} overlaps on port {lc.spec.port} with "
+                + ", ".join(lc.overlapping)
+                + "; a certificate may cover several of these names, and an HTTPS request on a "
+                "connection made for another listener's name is answered 421 (Misdirected Request)",
+                gen,
+            )
+        )
     return conds

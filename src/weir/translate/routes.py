@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP, HTTPRoute, HTTPRouteMatch, ParentReference
+from weir.api.gateway_v1 import (
+    GROUP,
+    BackendRef,
+    HTTPRequestRedirectFilter,
+    HTTPRoute,
+    HTTPRouteMatch,
+    ParentReference,
+)
+from weir.api.gateway_v1_grpcroute import GRPCRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
+from weir.translate import filters
 from weir.translate import status as st
 from weir.translate.backends import BackendResolver, RefFailure
 from weir.translate.gateways import GatewayContext, ListenerContext
@@ -44,7 +53,9 @@ class RouteTable:
 
 
 @dataclass(frozen=True)
-class _Attachment:
+class Attachment:
+    """A route attached to a listener, for ``hostnames`` (its own intersected with the listener's)."""
+
     listener: ListenerContext
     hostnames: tuple[str, ...]
 
@@ -57,6 +68,7 @@ def translate_http_routes(
     table: RouteTable,
     *,
     request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
+    lost: Mapping[ObjectKey, Mapping[int, str]] | None = None,
 ) -> dict[ObjectKey, dict[str, Any]]:
     """Attach every HTTPRoute, fill ``table``, and return the routes' statuses.
 
@@ -64,16 +76,18 @@ def translate_http_routes(
     parentRefs to weir's Gateways (or to Gateways that do not exist) get a
     status entry; entries of other controllers are kept as they are.
     ``request_timeout_ms`` is the request timeout of rules without an MCP
-    backend (see :func:`_action`).
+    backend (see :func:`_action`). ``lost``: by route, the listeners (``id``
+    of their context) it lost to an older GRPCRoute, and why (see
+    :func:`weir.translate.grpcroutes.kind_conflicts`).
     """
     by_key = {ctx.gateway.key: ctx for ctx in gateways}
     existing = {gw.key for gw in resources.gateways}
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.http_routes:
         parents: list[tuple[ParentReference, st.Condition]] = []
-        attachments: list[_Attachment] = []
+        attachments: list[Attachment] = []
         gen = route.metadata.generation
-        unsupported = _unsupported(route)
+        unsupported = unsupported_fields(route)
         for ref in route.spec.parent_refs:
             if ref.group != GROUP or ref.kind != "Gateway":
                 continue
@@ -81,7 +95,9 @@ def translate_http_routes(
             ctx = by_key.get(gw_key)
             if ctx is None and gw_key in existing:
                 continue  # another controller's Gateway
-            accepted, found = _attach(resources, route, ref, ctx, gw_key, unsupported)
+            accepted, found = attach(
+                resources, route, ref, ctx, gw_key, unsupported, (lost or {}).get(route.key)
+            )
             attachments.extend(found)
             parents.append((ref, accepted))
         if not parents:
@@ -114,17 +130,25 @@ def translate_http_routes(
     return statuses
 
 
-def _attach(
+def attach(
     resources: Resources,
-    route: HTTPRoute,
+    route: HTTPRoute | GRPCRoute,
     ref: ParentReference,
     ctx: GatewayContext | None,
     gw_key: ObjectKey,
     unsupported: list[str],
-) -> tuple[st.Condition, list[_Attachment]]:
+    lost: Mapping[int, str] | None = None,
+) -> tuple[st.Condition, list[Attachment]]:
+    """The ``Accepted`` condition of ``route`` for parentRef ``ref``, and where it attaches.
+
+    For HTTPRoutes and GRPCRoutes alike. ``unsupported``: what in the route
+    weir cannot serve (not accepted). ``lost``: listeners (``id`` of their
+    context) the route must not attach to, because an older route of the
+    other kind shares a hostname there, and why.
+    """
     gen = route.metadata.generation
 
-    def refuse(reason: str, message: str) -> tuple[st.Condition, list[_Attachment]]:
+    def refuse(reason: str, message: str) -> tuple[st.Condition, list[Attachment]]:
         return st.condition(st.ACCEPTED, False, reason, message, gen), []
 
     if ctx is None:
@@ -132,29 +156,36 @@ def _attach(
     if not ctx.addresses:
         return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
     if unsupported:
-        return refuse(st.R_UNSUPPORTED_VALUE, "weir does not support yet: " + "; ".join(unsupported))
+        return refuse(st.R_UNSUPPORTED_VALUE, "weir cannot serve this route: " + "; ".join(unsupported))
     candidates = parent_listeners(ctx, ref)
     if not candidates:
         return refuse(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
     allowed = [
-        lc for lc in candidates if lc.valid and listener_allows(resources, lc, "HTTPRoute", route.namespace)
+        lc for lc in candidates if lc.valid and listener_allows(resources, lc, route.KIND, route.namespace)
     ]
     if not allowed:
         return refuse(
             st.R_NOT_ALLOWED_BY_LISTENERS,
-            not_allowed_message("HTTPRoute", route.namespace, candidates, gw_key),
+            not_allowed_message(route.KIND, route.namespace, candidates, gw_key),
         )
     attachments = []
     for lc in allowed:
         hostnames = intersect_hostnames(lc.spec.hostname, route.spec.hostnames)
         if hostnames:
-            attachments.append(_Attachment(lc, hostnames))
+            attachments.append(Attachment(lc, hostnames))
     if not attachments:
         return refuse(
             st.R_NO_MATCHING_LISTENER_HOSTNAME,
             "None of the route's hostnames matches a listener hostname: "
             + ", ".join(sorted({lc.spec.hostname or "*" for lc in allowed})),
         )
+    conflicts = [lost[id(a.listener)] for a in attachments if lost and id(a.listener) in lost]
+    if conflicts:
+        attachments = [a for a in attachments if not lost or id(a.listener) not in lost]
+        if not attachments:
+            return refuse(st.R_CONFLICTED, "Not attached: " + "; ".join(conflicts))
+        message = "Route is accepted, but not everywhere: " + "; ".join(conflicts)
+        return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, message, gen), attachments
     return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), attachments
 
 
@@ -261,40 +292,32 @@ def _covers(wildcard: str, name: str) -> bool:
     return name.endswith(suffix) and len(stem) >= len(suffix) and name != suffix[1:]
 
 
-def _unsupported(route: HTTPRoute) -> list[str]:
-    """Fields set on ``route`` that weir does not implement yet (the route is not accepted)."""
+def unsupported_fields(route: HTTPRoute) -> list[str]:
+    """What in ``route`` weir cannot serve (the route is then not accepted): see :mod:`.filters`."""
     found: list[str] = []
     for ri, rule in enumerate(route.spec.rules):
-        where = f"spec.rules[{ri}]"
-        if rule.filters:
-            found.append(f"{where}.filters")
-        if rule.timeouts is not None:
-            found.append(f"{where}.timeouts")
-        if rule.retry is not None:
-            found.append(f"{where}.retry")
-        if rule.session_persistence is not None:
-            found.append(f"{where}.sessionPersistence")
-        for bi, backend in enumerate(rule.backend_refs):
-            if backend.filters:
-                found.append(f"{where}.backendRefs[{bi}].filters")
-        for mi, match in enumerate(rule.matches):
-            m = f"{where}.matches[{mi}]"
-            if match.path.type == "RegularExpression":
-                found.append(f"{m}.path.type RegularExpression")
-            if match.query_params:
-                found.append(f"{m}.queryParams")
-            if match.method is not None:
-                found.append(f"{m}.method")
-            for hi, header in enumerate(match.headers):
-                if header.type != "Exact":
-                    found.append(f"{m}.headers[{hi}].type {header.type}")
+        found.extend(filters.rule_problems(rule, f"spec.rules[{ri}]"))
     return found
 
 
 @dataclass(frozen=True)
+class _Rule:
+    """One rule, resolved: what its routes do, except a redirect's listener-dependent part."""
+
+    action: ir.RouteAction
+    redirect: HTTPRequestRedirectFilter | None = None
+    response_headers: ir.HeaderEdits | None = None
+    cors: ir.Cors | None = None
+
+
+@dataclass(frozen=True)
 class _ResolvedRules:
-    actions: tuple[ir.RouteAction, ...]  # one per rule
+    rules: tuple[_Rule, ...]
     failure: RefFailure | None
+
+
+#: A backend's identity within a rule: requests to the same upstream with the same edits merge.
+_BackendKey = tuple[str | None, ir.HeaderEdits | None, ir.HeaderEdits | None]
 
 
 def _resolve_rules(
@@ -304,88 +327,175 @@ def _resolve_rules(
     table: RouteTable,
     request_timeout_ms: int,
 ) -> _ResolvedRules:
-    actions: list[ir.RouteAction] = []
+    rules: list[_Rule] = []
     failure: RefFailure | None = None
+
+    def resolve(ref: BackendRef) -> tuple[str | None, bool]:
+        """The upstream name (``None``: unusable) and whether it streams; records failures."""
+        nonlocal failure
+        result = resolver.resolve(
+            route_kind="HTTPRoute", route_namespace=route.namespace, ref=ref, gateways=gateways
+        )
+        if isinstance(result, RefFailure):
+            failure = failure or result
+            return None, False
+        for secret in result.secrets:
+            table.secrets[secret.name] = secret
+        if result.upstream is None:
+            return None, False
+        table.upstreams[result.upstream.name] = result.upstream
+        return result.upstream.name, result.streaming
+
     for rule in route.spec.rules:
-        weights: dict[str | None, int] = {}
+        weights: dict[_BackendKey, int] = {}
         streaming = False
         for ref in rule.backend_refs:
-            result = resolver.resolve(
-                route_kind="HTTPRoute", route_namespace=route.namespace, ref=ref, gateways=gateways
+            upstream_name, streams = resolve(ref)
+            if ref.weight <= 0:
+                continue
+            streaming = streaming or streams
+            own = filters.rule_filters(ref.filters)
+            key = (upstream_name, own.request_headers, own.response_headers)
+            weights[key] = weights.get(key, 0) + ref.weight
+        found = filters.rule_filters(rule.filters)
+        mirrors = []
+        for mirror_ref, numerator, denominator in found.mirrors:
+            name, _ = resolve(BackendRef.model_validate(mirror_ref.model_dump()))
+            if name is not None and numerator > 0:
+                mirrors.append(ir.Mirror(name, numerator, denominator))
+        if found.redirect is not None:
+            # Any backendRefs are refused by validation; the listener decides the port.
+            action: ir.RouteAction = ir.DirectResponse(500)
+        else:
+            timing = filters.rule_timing(
+                rule,
+                request_ms=0 if streaming else request_timeout_ms,
+                idle_ms=MCP_IDLE_TIMEOUT_MS if streaming else ir.DEFAULT_IDLE_TIMEOUT_MS,
             )
-            if isinstance(result, RefFailure):
-                failure = failure or result
-                upstream_name = None
-            else:
-                upstream_name = None
-                if result.upstream is not None:
-                    upstream_name = result.upstream.name
-                    table.upstreams[upstream_name] = result.upstream
-                for secret in result.secrets:
-                    table.secrets[secret.name] = secret
-                if ref.weight > 0 and upstream_name is not None:
-                    streaming = streaming or result.streaming
-            if ref.weight > 0:
-                weights[upstream_name] = weights.get(upstream_name, 0) + ref.weight
-        actions.append(_action(weights, streaming=streaming, request_timeout_ms=request_timeout_ms))
-    return _ResolvedRules(tuple(actions), failure)
+            action = _action(weights, timing, found, tuple(mirrors))
+        rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
+    return _ResolvedRules(tuple(rules), failure)
 
 
-def _action(weights: dict[str | None, int], *, streaming: bool, request_timeout_ms: int) -> ir.RouteAction:
+def _action(
+    weights: dict[_BackendKey, int],
+    timing: filters.Timing,
+    found: filters.RuleFilters,
+    mirrors: tuple[ir.Mirror, ...],
+) -> ir.RouteAction:
     """Forward by weight; 500 when nothing is usable (no refs, all invalid, or all weight 0).
 
-    A rule that can send requests to a streaming (MCP) backend gets no request
-    timeout and :data:`MCP_IDLE_TIMEOUT_MS`, even if it also has other
-    backends: a route has one set of timeouts, and cutting an MCP stream
-    breaks the protocol, while the other backends only lose a safeguard (the
-    idle limit still ends a response that stalls).
+    A rule that can send requests to a streaming (MCP) backend gets, unless
+    its ``timeouts.request`` says otherwise, no request timeout and
+    :data:`MCP_IDLE_TIMEOUT_MS`, even if it also has other backends (see
+    :func:`_resolve_rules`): a route has one set of timeouts, and cutting an
+    MCP stream breaks the protocol, while the other backends only lose a
+    safeguard (the idle limit still ends a response that stalls).
     """
-    if not any(name is not None for name in weights):
+    if not any(name is not None for name, _, _ in weights):
         return ir.DirectResponse(500)
     backends = tuple(
-        ir.WeightedBackend(name, weight)
-        for name, weight in sorted(weights.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+        ir.WeightedBackend(name, weight, request_headers=req, response_headers=resp)
+        for (name, req, resp), weight in sorted(weights.items(), key=lambda kv: _backend_order(kv[0]))
     )
-    if streaming:
-        return ir.Forward(backends, request_timeout_ms=0, idle_timeout_ms=MCP_IDLE_TIMEOUT_MS)
-    return ir.Forward(backends, request_timeout_ms=request_timeout_ms)
+    return ir.Forward(
+        backends,
+        request_timeout_ms=timing.request_ms,
+        idle_timeout_ms=timing.idle_ms,
+        backend_timeout_ms=timing.backend_ms,
+        retry=timing.retry,
+        request_headers=found.request_headers,
+        rewrite=found.rewrite,
+        mirrors=mirrors,
+    )
 
 
-def _add_routes(route: HTTPRoute, att: _Attachment, resolved: _ResolvedRules, table: RouteTable) -> None:
+def _backend_order(key: _BackendKey) -> tuple[bool, str, str]:
+    name, req, resp = key
+    return (name is None, name or "", repr((req, resp)))
+
+
+def _add_routes(route: HTTPRoute, att: Attachment, resolved: _ResolvedRules, table: RouteTable) -> None:
     created = route.metadata.creation_timestamp or ""
+    scheme = "https" if att.listener.protocol == "HTTPS" else "http"
     for ri, rule in enumerate(route.spec.rules):
+        resolved_rule = resolved.rules[ri]
+        action = resolved_rule.action
+        if resolved_rule.redirect is not None:
+            action = filters.redirect_action(resolved_rule.redirect, att.listener.spec.port, scheme)
         for mi, match in enumerate(rule.matches):
             ir_route = ir.Route(
                 name=f"httproute/{route.namespace}/{route.name}/rule/{ri}/match/{mi}",
                 match=_match(match),
-                action=resolved.actions[ri],
+                action=action,
+                response_headers=resolved_rule.response_headers,
+                cors=resolved_rule.cors,
             )
             key = (*_precedence(match), created, route.namespace, route.name, ri, mi)
-            for socket in att.listener.sockets:
-                for host in att.hostnames:
-                    table.entries[socket][host].append((key, ir_route))
+            place_route(att, key, ir_route, table)
+
+
+def place_route(att: Attachment, key: SortKey, ir_route: ir.Route, table: RouteTable) -> None:
+    """Serve ``ir_route`` on the listener and hostnames of ``att``, in precedence order ``key``."""
+    for host in att.hostnames:  # HTTPS listeners serve their own routes (weir.translate.tlslisteners)
+        att.listener.routes[host].append((key, ir_route))
+    for socket in att.listener.sockets:
+        for host in att.hostnames:
+            table.entries[socket][host].append((key, ir_route))
+
+
+def _first_by_name(items: Iterable[Any], name: Any) -> list[Any]:
+    """``items`` without later entries whose ``name(item)`` repeats (the Gateway API's rule)."""
+    seen: dict[str, Any] = {}
+    for item in items:
+        seen.setdefault(name(item), item)
+    return list(seen.values())
 
 
 def _match(match: HTTPRouteMatch) -> ir.RouteMatch:
+    """The IR of a match. Of header (case-insensitive) or query parameter conditions naming the
+    same header or parameter twice, only the first counts, as the Gateway API requires."""
     value = match.path.value
     if match.path.type == "PathPrefix" and value != "/":
         value = value.rstrip("/")
-    kind: Literal["Exact", "PathPrefix"] = "Exact" if match.path.type == "Exact" else "PathPrefix"
-    headers = tuple(ir.HeaderMatch(h.name.lower(), h.value) for h in match.headers)
+    headers = tuple(
+        ir.HeaderMatch(h.name.lower(), h.value, h.type)
+        for h in _first_by_name(match.headers, lambda h: h.name.lower())
+    )
+    query = tuple(
+        ir.QueryMatch(q.name, q.value, q.type) for q in _first_by_name(match.query_params, lambda q: q.name)
+    )
     return ir.RouteMatch(
-        ir.PathMatch(kind, value), tuple(sorted(set(headers), key=lambda h: (h.name, h.value)))
+        ir.PathMatch(match.path.type, value),
+        tuple(sorted(headers, key=lambda h: (h.name, h.kind, h.value))),
+        tuple(sorted(query, key=lambda q: (q.name, q.kind, q.value))),
+        match.method,
     )
 
 
+#: Path match kinds in precedence order. The Gateway API leaves regular
+#: expressions' place to implementations; weir puts them between exact and
+#: prefix paths, as Envoy Gateway does: a regular expression is usually
+#: written to carve specific paths out of a prefix, which it could not do
+#: after a ``/`` prefix.
+_PATH_ORDER = {"Exact": 0, "RegularExpression": 1, "PathPrefix": 2}
+
+
 def _precedence(match: HTTPRouteMatch) -> SortKey:
-    """Gateway API order: exact path, longest prefix, method, most headers, most query params."""
-    exact = match.path.type == "Exact"
+    """Gateway API order: exact path, longest prefix, method, most headers, most query params.
+
+    Regular expressions come after exact paths and before prefixes, the
+    longer expression first. Lengths count characters of the path as
+    written (a prefix's trailing slash ignored).
+    """
+    path = match.path
+    length = len(path.value.rstrip("/") or "/") if path.type == "PathPrefix" else len(path.value)
     return (
-        0 if exact else 1,
-        -len(match.path.value.rstrip("/") or "/"),
+        _PATH_ORDER[path.type],
+        -length,
         0 if match.method else 1,
-        -len(match.headers),
-        -len(match.query_params),
+        -len({h.name.lower() for h in match.headers}),
+        -len({q.name for q in match.query_params}),
     )
 
 

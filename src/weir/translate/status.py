@@ -22,6 +22,8 @@ ACCEPTED = "Accepted"
 PROGRAMMED = "Programmed"
 RESOLVED_REFS = "ResolvedRefs"
 CONFLICTED = "Conflicted"
+OVERLAPPING_TLS_CONFIG = "OverlappingTLSConfig"
+SUPPORTED_VERSION = "SupportedVersion"
 
 # Reasons (constants of the Gateway API specification).
 R_ACCEPTED = "Accepted"
@@ -49,30 +51,43 @@ R_INVALID_CLIENT_CERTIFICATE_REF = "InvalidClientCertificateRef"
 R_ADDRESS_NOT_ASSIGNED = "AddressNotAssigned"
 R_PORT_UNAVAILABLE = "PortUnavailable"
 R_PROTOCOL_CONFLICT = "ProtocolConflict"
+R_HOSTNAME_CONFLICT = "HostnameConflict"
+R_INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
+R_OVERLAPPING_HOSTNAMES = "OverlappingHostnames"
+R_SUPPORTED_VERSION = "SupportedVersion"
+R_CONFLICTED = "Conflicted"
 
 PENDING_MESSAGE = "Waiting for Envoy to accept the configuration and bind the listener"
 
 Condition = dict[str, Any]
 
 
-#: The Gateway API caps ``status.parents`` (and ``ancestors``) at 32 entries.
+#: The Gateway API caps a route's (and an XBackend's) ``status.parents`` at 32 entries.
 MAX_PARENTS = 32
+#: ... and a policy's ``status.ancestors`` (``PolicyStatus``) at 16.
+MAX_ANCESTORS = 16
 
 
 def parents_status(
-    previous: Mapping[str, Any] | None, controller_name: str, ours: list[dict[str, Any]]
+    previous: Mapping[str, Any] | None,
+    controller_name: str,
+    ours: list[dict[str, Any]],
+    *,
+    key: str = "parents",
+    limit: int = MAX_PARENTS,
 ) -> dict[str, Any] | None:
-    """``{"parents": [...]}``: other controllers' entries as written, then weir's ``ours``.
+    """``{key: [...]}``: other controllers' entries as written, then weir's ``ours``.
 
-    At most :data:`MAX_PARENTS` entries. ``None`` when there is nothing to
-    write: weir has no entry now and had none before. When weir had entries
-    and now has none, the result removes them.
+    ``key`` is ``parents`` (routes, XBackends) or ``ancestors`` (policies).
+    At most ``limit`` entries. ``None`` when there is nothing to write: weir
+    has no entry now and had none before. When weir had entries and now has
+    none, the result removes them.
     """
-    written = [p for p in ((previous or {}).get("parents") or []) if isinstance(p, dict)]
+    written = [p for p in ((previous or {}).get(key) or []) if isinstance(p, dict)]
     others = [p for p in written if p.get("controllerName") != controller_name]
     if not ours and len(others) == len(written):
         return None
-    return {"parents": (others + ours)[:MAX_PARENTS]}
+    return {key: (others + ours)[:limit]}
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
@@ -118,20 +133,24 @@ def apply_data_plane(
     """Settle every Gateway's ``Programmed`` conditions from ``state``.
 
     ``gateway_sockets`` maps a Gateway to, per listener name, the sockets
-    that listener needs. A listener is programmed when Envoy answered for the
-    configuration without rejecting that listener and all its sockets are
-    bound (Envoy applies the listeners it accepts even when it rejects
-    another one). The Gateway is programmed when every accepted listener is;
-    it is ``Invalid`` when Envoy rejected one of its listeners, or rejected
-    something it could not attribute. Other objects pass through unchanged.
-    The input is not modified.
+    that listener needs; it names only the listeners in the data plane
+    (accepted and usable: not, say, an HTTPS listener whose certificate does
+    not resolve), the others keep the conditions translation gave them. A
+    listener is programmed when Envoy answered for the configuration without
+    rejecting that listener and all its sockets are bound (Envoy applies the
+    listeners it accepts even when it rejects another one). The Gateway is
+    programmed when every listener in the data plane is; it is ``Invalid``
+    when Envoy rejected one of its listeners, or rejected something it could
+    not attribute; with no listener in the data plane it keeps translation's
+    ``Programmed``. Other objects pass through unchanged. The input is not
+    modified.
     """
     answered = state.accepted or state.rejection is not None
     out: dict[ObjectKey, dict[str, Any]] = dict(statuses)
     for key, sockets_by_listener in gateway_sockets.items():
         status = statuses.get(key)
-        if status is None:
-            continue
+        if status is None or not any(sockets_by_listener.values()):
+            continue  # nothing of it is in the data plane: translation said why
         status = copy.deepcopy(status)
         programmed_listeners = 0
         waiting = rejected = False

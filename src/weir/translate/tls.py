@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from weir import ir
-from weir.api.xbackend_v1alpha1 import ClientCertificateRef, TLSValidation
+from weir.api.xbackend_v1alpha1 import CACertificateRef, ClientCertificateRef, TLSValidation
 from weir.resources import Resources
 from weir.translate import status as st
 from weir.translate.grants import reference_permitted
@@ -34,8 +34,17 @@ class TlsProblem:
 
 @dataclass(frozen=True)
 class TlsOrigination:
+    """TLS settings to originate with, and the secrets they name.
+
+    ``skipped``: CA references that could not be used (each a
+    :class:`TlsProblem`); the trusted bundle holds the others. A caller that
+    requires every reference to resolve treats a non-empty ``skipped`` as a
+    failure.
+    """
+
     tls: ir.UpstreamTLS
     secrets: tuple[ir.Secret, ...]
+    skipped: tuple[TlsProblem, ...] = ()
 
 
 def server_validation(
@@ -55,6 +64,9 @@ def server_validation(
     ``subjectAltNames``, or else ``validation.hostname``. CA references are
     ConfigMaps or Secrets in ``namespace`` with a ``ca.crt`` key; several are
     concatenated into one trusted bundle named ``ca/<secret_prefix>/<content hash>``.
+    A reference that cannot be used is left out of the bundle and listed in
+    :attr:`TlsOrigination.skipped`; when none can be used, the first one's
+    problem is the result (never an empty trust store).
     """
     if validation is None:
         return TlsOrigination(
@@ -88,51 +100,62 @@ def server_validation(
             (),
         )
     bundle: list[str] = []
+    skipped: list[TlsProblem] = []
     for i, ref in enumerate(validation.ca_certificate_refs):
-        where = f"caCertificateRefs[{i}] ({ref.kind} {namespace}/{ref.name})"
-        if ref.group != "" or ref.kind not in ("ConfigMap", "Secret"):
-            return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE,
-                st.R_INVALID_KIND,
-                f"{where}: kind {ref.group or 'core'}/{ref.kind} is not supported; "
-                "refer to a ConfigMap or Secret holding ca.crt",
-            )
-        source = (
-            resources.config_map(namespace, ref.name)
-            if ref.kind == "ConfigMap"
-            else resources.secret(namespace, ref.name)
-        )
-        if source is None:
-            return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE,
-                st.R_INVALID_CA_CERTIFICATE_REF,
-                f"{where} does not exist; create it with the CA certificate under key {CA_KEY}",
-            )
-        raw = (
-            source.data.get(CA_KEY)
-            if ref.kind == "ConfigMap"
-            else _secret_text(resources, namespace, ref.name)
-        )
-        if not raw:
-            return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE,
-                st.R_INVALID_CA_CERTIFICATE_REF,
-                f"{where} has no {CA_KEY} key; put the PEM CA certificate there",
-            )
-        error = _pem_certificates_error(raw)
-        if error:
-            return TlsProblem(
-                st.R_NO_VALID_CA_CERTIFICATE,
-                st.R_INVALID_CA_CERTIFICATE_REF,
-                f"{where}: {CA_KEY} is not a valid PEM certificate: {error}",
-            )
-        bundle.append(raw.strip() + "\n")
+        found = _ca_certificate(resources, namespace, i, ref)
+        if isinstance(found, TlsProblem):
+            skipped.append(found)
+        else:
+            bundle.append(found)
+    if not bundle:
+        return skipped[0]
     pem = "".join(bundle)
     name = f"ca/{secret_prefix}/{_digest(pem)}"
     return TlsOrigination(
         ir.UpstreamTLS(sni=validation.hostname, subject_alt_names=sans, trusted_ca=name),
         (ir.TrustedCA(name, pem),),
+        tuple(skipped),
     )
+
+
+def _ca_certificate(
+    resources: Resources, namespace: str, index: int, ref: CACertificateRef
+) -> str | TlsProblem:
+    """The PEM certificates of ``caCertificateRefs[index]``, or why they cannot be used."""
+    where = f"caCertificateRefs[{index}] ({ref.kind} {namespace}/{ref.name})"
+    if ref.group != "" or ref.kind not in ("ConfigMap", "Secret"):
+        return TlsProblem(
+            st.R_NO_VALID_CA_CERTIFICATE,
+            st.R_INVALID_KIND,
+            f"{where}: kind {ref.group or 'core'}/{ref.kind} is not supported; "
+            "refer to a ConfigMap or Secret holding ca.crt",
+        )
+    source = (
+        resources.config_map(namespace, ref.name)
+        if ref.kind == "ConfigMap"
+        else resources.secret(namespace, ref.name)
+    )
+    if source is None:
+        return TlsProblem(
+            st.R_NO_VALID_CA_CERTIFICATE,
+            st.R_INVALID_CA_CERTIFICATE_REF,
+            f"{where} does not exist; create it with the CA certificate under key {CA_KEY}",
+        )
+    raw = source.data.get(CA_KEY) if ref.kind == "ConfigMap" else _secret_text(resources, namespace, ref.name)
+    if not raw:
+        return TlsProblem(
+            st.R_NO_VALID_CA_CERTIFICATE,
+            st.R_INVALID_CA_CERTIFICATE_REF,
+            f"{where} has no {CA_KEY} key; put the PEM CA certificate there",
+        )
+    error = _pem_certificates_error(raw)
+    if error:
+        return TlsProblem(
+            st.R_NO_VALID_CA_CERTIFICATE,
+            st.R_INVALID_CA_CERTIFICATE_REF,
+            f"{where}: {CA_KEY} is not a valid PEM certificate: {error}",
+        )
+    return raw.strip() + "\n"
 
 
 def client_certificate(

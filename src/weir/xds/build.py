@@ -13,13 +13,15 @@ and ``weir translate`` output, with private key material redacted.
 
 Every resource is named after its IR object, verbatim, so a reader can follow
 a name from the IR to Envoy's ``/config_dump``. The route configuration of an
-HTTP listener carries the listener's name. One set of resources has no IR
+HTTP listener carries the listener's name, that of an HTTPS server of a TLS
+listener the server's. One set of resources has no IR
 counterpart: :data:`TCP_EGRESS`, the internal path through which TCP
 listeners reach guarded upstreams (see :func:`_tcp_listener`).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -38,10 +40,12 @@ from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.clusters.common.dns.v3 import dns_pb2
 from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2
+from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -50,7 +54,8 @@ from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb
 from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_matcher_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
-from envoy.type.matcher.v3 import string_pb2
+from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.v3 import percent_pb2
 from google.protobuf import any_pb2, duration_pb2, json_format, struct_pb2, wrappers_pb2
 from google.protobuf.message import Message
 
@@ -158,6 +163,14 @@ TCP_ACCESS_LOG_FORMAT = {
 }
 
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+#: ``Forward.unresolved_status`` as a route's ``cluster_not_found_response_code`` (a gRPC
+#: request gets it as a gRPC status: 503 is ``UNAVAILABLE``).
+_UNRESOLVED_CODES = {
+    500: route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR,
+    503: route_components_pb2.RouteAction.SERVICE_UNAVAILABLE,
+}
+#: The CORS filter of HTTP listeners; routes configure it under this name.
+CORS_FILTER = "envoy.filters.http.cors"
 _TLS_VERSIONS = {"1.2": common_pb2.TlsParameters.TLSv1_2, "1.3": common_pb2.TlsParameters.TLSv1_3}
 _SAN_TYPES = {
     "DNS": common_pb2.SubjectAltNameMatcher.DNS,
@@ -181,9 +194,11 @@ def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
     for upstream in upstreams.values():
         if upstream.tls is not None:
             _check_tls(upstream.name, upstream.tls, secrets)
+        if upstream.websocket and upstream.protocol is not ir.UpstreamProtocol.HTTP1:
+            raise ValueError(f"upstream {upstream.name!r}: WebSocket upgrades need HTTP/1.1")
 
     out: dict[str, dict[str, Message]] = {type_url: {} for type_url in PUSH_ORDER}
-    tunneled: list[ir.TcpListener] = []
+    tunneled: list[ir.TcpListener | ir.TlsRelay] = []
     for name in sorted(listeners):
         listener = listeners[name]
         if isinstance(listener, ir.TcpListener):
@@ -192,6 +207,16 @@ def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
             out[LISTENER][name] = _tcp_listener(listener, chosen, tunnel=tunnel)
             if tunnel:
                 tunneled.append(listener)
+        elif isinstance(listener, ir.TlsListener):
+            _check_tls_listener(listener, secrets)
+            relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
+            tunnels = {n for n, chosen in relays.items() if any(_guarded(u) for u in chosen if u is not None)}
+            out[LISTENER][name] = _tls_listener(listener, relays, tunnels)
+            tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
+            for server in listener.https:
+                # The server's routes, shaped as a listener's: the same route configuration.
+                routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
+                out[ROUTE][server.name] = _route_configuration(routes, upstreams)
         else:
             out[LISTENER][name] = _listener(listener)
             out[ROUTE][name] = _route_configuration(listener, upstreams)
@@ -203,8 +228,9 @@ def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
         out[LISTENER][TCP_EGRESS] = _tcp_egress_listener()
         out[ROUTE][TCP_EGRESS] = _tcp_egress_routes(tunneled, upstreams)
         out[CLUSTER][TCP_EGRESS] = _tcp_egress_cluster()
-        for type_url in (LISTENER, ROUTE, CLUSTER):
+        for type_url in (LISTENER, CLUSTER):
             out[type_url] = dict(sorted(out[type_url].items()))
+    out[ROUTE] = dict(sorted(out[ROUTE].items()))  # HTTPS servers' routes are named after them
     return out
 
 
@@ -262,18 +288,38 @@ def _check_tls(upstream: str, tls: ir.UpstreamTLS, secrets: Mapping[str, ir.Secr
 
 def _listener(listener: ir.Listener) -> Any:
     """One plain-HTTP listener whose single filter chain is an HTTP connection manager."""
+    return listener_pb2.Listener(
+        name=listener.name,
+        address=_socket_address(listener.address, listener.port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[_http_connection_manager(listener.name, route_config_name=listener.name)]
+            )
+        ],
+    )
+
+
+def _http_connection_manager(listener_name: str, *, route_config_name: str) -> Any:
+    """The HTTP connection manager filter of an HTTP listener, or of an HTTPS server of a TLS listener.
+
+    Its routes come over RDS (``route_config_name``). Over TLS, ALPN decides
+    between HTTP/2 and HTTP/1.1 (the codec follows it).
+    """
     hcm = hcm_pb2.HttpConnectionManager(
         # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
-        stat_prefix=listener.name.replace(":", "_"),
+        stat_prefix=listener_name.replace(":", "_"),
         # AUTO: HTTP/1.1 and prior-knowledge HTTP/2 (h2c) clients alike.
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
-        rds=hcm_pb2.Rds(config_source=_ads(), route_config_name=listener.name),
+        rds=hcm_pb2.Rds(config_source=_ads(), route_config_name=route_config_name),
         http_filters=[
+            # Inert unless a route carries a CORS policy (_route); always present, so
+            # that adding the first CORS policy changes routes, not the listener.
+            hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=_any(cors_pb2.Cors())),
             hcm_pb2.HttpFilter(
                 name="envoy.filters.http.router",
                 # No x-envoy-* headers on requests leaving, nor on responses.
                 typed_config=_any(router_pb2.Router(suppress_envoy_headers=True)),
-            )
+            ),
         ],
         access_log=[_access_log()],
         # The listener faces clients directly: trust the peer address, not a
@@ -292,20 +338,16 @@ def _listener(listener: ir.Listener) -> Any:
         # Virtual host domains carry no port; ``Host: a.example:8080`` must match ``a.example``.
         strip_any_host_port=True,
         local_reply_config=_local_replies(),
-    )
-    return listener_pb2.Listener(
-        name=listener.name,
-        address=_socket_address(listener.address, listener.port),
-        filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[
-                    listener_components_pb2.Filter(
-                        name="envoy.filters.network.http_connection_manager",
-                        typed_config=_any(hcm),
-                    )
-                ]
+        # Declared here, off: Envoy passes an upgrade on only if the connection manager knows
+        # its type, and then per route; routes to WebSocket upstreams turn it on (_route).
+        upgrade_configs=[
+            hcm_pb2.HttpConnectionManager.UpgradeConfig(
+                upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)
             )
         ],
+    )
+    return listener_components_pb2.Filter(
+        name="envoy.filters.network.http_connection_manager", typed_config=_any(hcm)
     )
 
 
@@ -348,9 +390,12 @@ def _access_log(fields: Mapping[str, str] = ACCESS_LOG_FORMAT) -> Any:
 
 
 def _tcp_upstreams(
-    listener: ir.TcpListener, upstreams: Mapping[str, ir.Upstream]
+    listener: ir.TcpListener | ir.TlsRelay, upstreams: Mapping[str, ir.Upstream]
 ) -> list[ir.Upstream | None]:
-    """The upstream of each backend (``None``: failed to resolve); refuses a broken IR."""
+    """The upstream of each backend of a TCP listener or TLS relay (``None``: failed to resolve).
+
+    Refuses a broken IR.
+    """
     if listener.idle_timeout_ms < 0:
         raise ValueError(f"listener {listener.name!r}: negative idle timeout")
     chosen = []
@@ -389,35 +434,56 @@ def _tcp_listener(listener: ir.TcpListener, chosen: list[ir.Upstream | None], *,
     without having sent it a byte. Otherwise the TCP proxy picks the
     cluster by weight itself (``weighted_clusters``).
     """
-    proxy = tcp_proxy_pb2.TcpProxy(
-        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
-        stat_prefix=listener.name.replace(":", "_"),
-        # Always explicit, 0 included (no limit).
-        idle_timeout=_duration_ms(listener.idle_timeout_ms),
-        access_log=[_access_log(TCP_ACCESS_LOG_FORMAT)],
-    )
-    if tunnel:
-        proxy.cluster = TCP_EGRESS
-        # The authority of the CONNECT names the listener: its virtual host in TCP_EGRESS.
-        proxy.tunneling_config.hostname = listener.name
-    elif len(listener.backends) <= 1:
-        proxy.cluster = _cluster_name(chosen[0] if chosen else None)
-    else:
-        for backend, upstream in zip(listener.backends, chosen, strict=True):
-            proxy.weighted_clusters.clusters.add(name=_cluster_name(upstream), weight=backend.weight)
     return listener_pb2.Listener(
         name=listener.name,
         address=_socket_address(listener.address, listener.port),
         filter_chains=[
             listener_components_pb2.FilterChain(
-                filters=[
-                    listener_components_pb2.Filter(
-                        name="envoy.filters.network.tcp_proxy", typed_config=_any(proxy)
-                    )
-                ]
+                filters=[_tcp_proxy(listener.name, listener, chosen, tunnel=tunnel)]
             )
         ],
     )
+
+
+def _tcp_proxy(
+    listener_name: str,
+    relay: ir.TcpListener | ir.TlsRelay,
+    chosen: list[ir.Upstream | None],
+    *,
+    tunnel: bool,
+    access_log: Mapping[str, str] = TCP_ACCESS_LOG_FORMAT,
+) -> Any:
+    """The TCP proxy filter relaying the connections of a TCP listener or a TLS relay (see above)."""
+    proxy = tcp_proxy_pb2.TcpProxy(
+        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
+        stat_prefix=listener_name.replace(":", "_"),
+        # Always explicit, 0 included (no limit).
+        idle_timeout=_duration_ms(relay.idle_timeout_ms),
+        access_log=[_access_log(access_log)],
+    )
+    if tunnel:
+        proxy.cluster = TCP_EGRESS
+        # The authority of the CONNECT names the relay: its virtual host in TCP_EGRESS.
+        proxy.tunneling_config.hostname = _tunnel_authority(relay.name)
+    elif len(relay.backends) <= 1:
+        proxy.cluster = _cluster_name(chosen[0] if chosen else None)
+    else:
+        for backend, upstream in zip(relay.backends, chosen, strict=True):
+            proxy.weighted_clusters.clusters.add(name=_cluster_name(upstream), weight=backend.weight)
+    return listener_components_pb2.Filter(name="envoy.filters.network.tcp_proxy", typed_config=_any(proxy))
+
+
+def _tunnel_authority(name: str) -> str:
+    """The ``CONNECT`` authority (and :data:`TCP_EGRESS` domain) of a relay: its name as a valid authority.
+
+    A TCP listener's name (``127.0.0.1:5432``) is one already. A TLS relay's
+    (``127.0.0.1:443/db.example.com``, ``127.0.0.1:443/*.example.com``) has a
+    ``/``, which an authority cannot carry, and maybe a ``*``, which Envoy
+    reads as a wildcard in a domain: ``127.0.0.1:443.db.example.com``,
+    ``127.0.0.1:443._.example.com`` (no hostname has a ``_``, and a port has
+    no ``.``, so no two relays share one).
+    """
+    return name.replace("/", ".", 1).replace("*", "_")
 
 
 def _tcp_egress_listener() -> Any:
@@ -459,8 +525,12 @@ def _tcp_egress_listener() -> Any:
     return out
 
 
-def _tcp_egress_routes(listeners: list[ir.TcpListener], upstreams: Mapping[str, ir.Upstream]) -> Any:
-    """One virtual host per tunneled TCP listener (domain: its name), forwarding ``CONNECT`` by weight.
+def _tcp_egress_routes(
+    listeners: list[ir.TcpListener | ir.TlsRelay], upstreams: Mapping[str, ir.Upstream]
+) -> Any:
+    """One virtual host per tunneled TCP listener or TLS relay, forwarding ``CONNECT`` by weight.
+
+    The virtual host's domain is the relay's ``CONNECT`` authority (:func:`_tunnel_authority`).
 
     ``connect_config`` terminates the ``CONNECT``: the router opens a plain
     TCP connection to the chosen cluster (through its TLS transport socket,
@@ -486,7 +556,9 @@ def _tcp_egress_routes(listeners: list[ir.TcpListener], upstreams: Mapping[str, 
                 weight = action.weighted_clusters.clusters.add(name=_cluster_name(upstream))
                 weight.weight.value = backend.weight
         vhosts.append(
-            route_components_pb2.VirtualHost(name=listener.name, domains=[listener.name], routes=[route])
+            route_components_pb2.VirtualHost(
+                name=listener.name, domains=[_tunnel_authority(listener.name)], routes=[route]
+            )
         )
     return route_pb2.RouteConfiguration(
         name=TCP_EGRESS, virtual_hosts=vhosts, validate_clusters=wrappers_pb2.BoolValue(value=False)
@@ -519,6 +591,127 @@ def _tcp_egress_cluster() -> Any:
 
 
 # --------------------------------------------------------------------------
+# TLS listeners
+# --------------------------------------------------------------------------
+
+#: The protocols an HTTPS server offers in ALPN, preferred first.
+HTTPS_ALPN = ("h2", "http/1.1")
+
+#: JSON access log fields of TLS relays: those of TCP listeners, and the client's server name.
+TLS_RELAY_ACCESS_LOG_FORMAT = {**TCP_ACCESS_LOG_FORMAT, "server_name": "%REQUESTED_SERVER_NAME%"}
+
+
+def _check_tls_listener(listener: ir.TlsListener, secrets: Mapping[str, ir.Secret]) -> None:
+    """Refuse a TLS listener whose entries would be ambiguous, or present what does not exist."""
+    where = f"listener {listener.name!r}"
+    names: set[str] = set()
+    claimed: dict[str, str] = {}
+    catch_all: list[str] = []
+    entries: list[ir.HttpsServer | ir.TlsRelay] = [*listener.https, *listener.relays]
+    for entry in entries:
+        if entry.name in names:
+            raise ValueError(f"{where}: duplicate entry name {entry.name!r}")
+        names.add(entry.name)
+        if not entry.server_names:
+            catch_all.append(entry.name)
+        for server_name in entry.server_names:
+            if server_name in claimed:
+                first = claimed[server_name]
+                raise ValueError(f"{where}: server name {server_name!r} in both {first!r} and {entry.name!r}")
+            claimed[server_name] = entry.name
+        for cert in entry.certificates:
+            if not isinstance(secrets.get(cert), ir.TlsCertificate):
+                raise ValueError(f"{where}: {entry.name!r} names no TlsCertificate secret {cert!r}")
+    if len(catch_all) > 1:
+        raise ValueError(f"{where}: several entries without server names: {', '.join(catch_all)}")
+    for server in listener.https:
+        if not server.certificates:
+            raise ValueError(f"{where}: HTTPS server {server.name!r} has no certificate")
+
+
+def _tls_listener(
+    listener: ir.TlsListener, relays: Mapping[str, list[ir.Upstream | None]], tunnels: set[str]
+) -> Any:
+    """A listener reading each connection's ClientHello, with one filter chain per HTTPS server and relay.
+
+    The TLS inspector reads the server name; Envoy then picks the filter
+    chain whose ``server_names`` match it best (exact, then the longest
+    wildcard, then the chain without names), among chains for TLS only:
+    anything else is closed, as is a name no chain matches. HTTPS servers
+    terminate TLS and run a connection manager whose routes, over RDS, are
+    named after the server; relays run a TCP proxy, behind a TLS
+    termination when they have certificates. ``relays`` gives each relay's
+    upstreams (:func:`_tcp_upstreams`); ``tunnels`` names the relays that go
+    through :data:`TCP_EGRESS` (guarded upstreams, as for TCP listeners).
+    With no entry at all, one chain without filters closes every connection
+    (Envoy needs a chain).
+    """
+    chains = []
+    for server in sorted(listener.https, key=lambda x: x.name):
+        chain = listener_components_pb2.FilterChain(
+            name=server.name,
+            filter_chain_match=_server_name_match(server.server_names),
+            filters=[_http_connection_manager(listener.name, route_config_name=server.name)],
+        )
+        _terminate_tls(chain, server.certificates, alpn=HTTPS_ALPN)
+        chains.append(chain)
+    for relay in sorted(listener.relays, key=lambda x: x.name):
+        proxy = _tcp_proxy(
+            listener.name,
+            relay,
+            relays[relay.name],
+            tunnel=relay.name in tunnels,
+            access_log=TLS_RELAY_ACCESS_LOG_FORMAT,
+        )
+        chain = listener_components_pb2.FilterChain(
+            name=relay.name, filter_chain_match=_server_name_match(relay.server_names), filters=[proxy]
+        )
+        if relay.certificates:
+            _terminate_tls(chain, relay.certificates, alpn=())
+        chains.append(chain)
+    out = listener_pb2.Listener(
+        name=listener.name,
+        address=_socket_address(listener.address, listener.port),
+        listener_filters=[
+            listener_components_pb2.ListenerFilter(
+                name="envoy.filters.listener.tls_inspector",
+                typed_config=_any(tls_inspector_pb2.TlsInspector()),
+            )
+        ],
+        filter_chains=chains,
+    )
+    if not chains:
+        out.default_filter_chain.name = f"{listener.name}/no-server-name"
+    return out
+
+
+def _server_name_match(server_names: tuple[str, ...]) -> Any:
+    return listener_components_pb2.FilterChainMatch(
+        server_names=sorted(server_names), transport_protocol="tls"
+    )
+
+
+def _terminate_tls(chain: Any, certificates: tuple[str, ...], *, alpn: tuple[str, ...]) -> None:
+    """Give ``chain`` a TLS transport socket presenting ``certificates`` (SDS), TLS 1.2 to 1.3.
+
+    With several certificates, Envoy presents the one whose names match the
+    client's server name (exact before wildcard), else the first.
+    """
+    common = tls_pb2.CommonTlsContext(
+        tls_params=common_pb2.TlsParameters(
+            tls_minimum_protocol_version=common_pb2.TlsParameters.TLSv1_2,
+            tls_maximum_protocol_version=common_pb2.TlsParameters.TLSv1_3,
+        ),
+        tls_certificate_sds_secret_configs=[_sds(name) for name in certificates],
+        alpn_protocols=list(alpn),
+    )
+    chain.transport_socket.name = "envoy.transport_sockets.tls"
+    chain.transport_socket.typed_config.CopyFrom(
+        _any(tls_pb2.DownstreamTlsContext(common_tls_context=common))
+    )
+
+
+# --------------------------------------------------------------------------
 # Routes
 # --------------------------------------------------------------------------
 
@@ -543,14 +736,27 @@ def _route_configuration(listener: ir.Listener, upstreams: Mapping[str, ir.Upstr
 
 def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     out = route_components_pb2.Route(name=route.name, match=_match(route.match))
+    # Backends' own response edits carry the route's too (see _weighted_edits).
+    own_response = isinstance(route.action, ir.Forward) and any(
+        b.response_headers is not None for b in route.action.backends
+    )
+    if route.response_headers is not None and not own_response:
+        out.response_headers_to_add.extend(_header_options(route.response_headers))
+        out.response_headers_to_remove.extend(route.response_headers.remove)
+    if route.cors is not None:
+        out.typed_per_filter_config[CORS_FILTER].CopyFrom(_any(_cors_policy(route.cors)))
     if isinstance(route.action, ir.DirectResponse):
         response = route_components_pb2.DirectResponseAction(status=route.action.status)
         if route.action.body:
             response.body.inline_string = route.action.body
         out.direct_response.CopyFrom(response)
         return out
+    if isinstance(route.action, ir.Redirect):
+        out.redirect.CopyFrom(_redirect(route.name, route.action, route.match))
+        return out
 
-    backends = route.action.backends
+    forward = route.action
+    backends = forward.backends
     if not backends:
         raise ValueError(f"route {route.name!r}: Forward without backends")
     chosen = [_upstream_of(route.name, b, upstreams) for b in backends]
@@ -567,12 +773,21 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     action.timeout.CopyFrom(_duration_ms(route.action.request_timeout_ms))
     action.idle_timeout.CopyFrom(_duration_ms(route.action.idle_timeout_ms))
     if any(upstream is None for upstream in chosen):
-        action.cluster_not_found_response_code = route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR
-    if len(backends) == 1:
+        action.cluster_not_found_response_code = _UNRESOLVED_CODES[forward.unresolved_status]
+    if any(upstream is not None and upstream.websocket for upstream in chosen):
+        # A split with other upstreams too: they answer an upgrade request as they see fit.
+        action.upgrade_configs.add(upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=True))
+    _forward_extras(route, forward, out, upstreams)
+    rewrite_host = forward.rewrite.hostname if forward.rewrite is not None else None
+    if rewrite_host is not None:
+        action.host_rewrite_literal = rewrite_host
+    own_edits = any(b.request_headers is not None or b.response_headers is not None for b in backends)
+    if len(backends) == 1 and not own_edits:
         upstream = chosen[0]
         action.cluster = _cluster_name(upstream)
         if upstream is not None and upstream.host_header is not None:
-            action.host_rewrite_literal = upstream.host_header
+            # The route's own Host rewrite, if any, wins over the external hostname.
+            action.host_rewrite_literal = rewrite_host or upstream.host_header
             out.request_headers_to_remove.extend(EXTERNAL_REQUEST_HEADERS_TO_REMOVE)
         return out
     for backend, upstream in zip(backends, chosen, strict=True):
@@ -581,9 +796,232 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         # Per backend: the Host rewrite and header stripping apply only to the
         # share of requests that go to the external hostname.
         if upstream is not None and upstream.host_header is not None:
-            weight.host_rewrite_literal = upstream.host_header
+            weight.host_rewrite_literal = rewrite_host or upstream.host_header
             weight.request_headers_to_remove.extend(EXTERNAL_REQUEST_HEADERS_TO_REMOVE)
+        _weighted_edits(weight, route, backends, backend)
     return out
+
+
+def _weighted_edits(
+    weight: Any, route: ir.Route, backends: tuple[ir.WeightedBackend, ...], backend: ir.WeightedBackend
+) -> None:
+    """A backend's header edits on its weighted cluster, merged with its route's.
+
+    Envoy applies a weighted cluster's edits before the route's, so a route
+    edit would win over the backend's on the same header. When any backend
+    of the route has edits of a kind (request or response), the route's
+    edits of that kind move into every cluster instead, and each backend's
+    replace the route's for the headers they name.
+    """
+    assert isinstance(route.action, ir.Forward)
+    if any(b.request_headers is not None for b in backends):
+        edits = _merge_edits(route.action.request_headers, backend.request_headers)
+        if edits is not None:
+            weight.request_headers_to_add.extend(_header_options(edits))
+            weight.request_headers_to_remove.extend(edits.remove)
+    if any(b.response_headers is not None for b in backends):
+        edits = _merge_edits(route.response_headers, backend.response_headers)
+        if edits is not None:
+            weight.response_headers_to_add.extend(_header_options(edits))
+            weight.response_headers_to_remove.extend(edits.remove)
+
+
+def _merge_edits(route: ir.HeaderEdits | None, own: ir.HeaderEdits | None) -> ir.HeaderEdits | None:
+    """``route``'s edits, except for the headers ``own`` names, then ``own``'s."""
+    if route is None or own is None:
+        return own or route
+    named = {h.name for h in (*own.set, *own.add)} | set(own.remove)
+    return ir.HeaderEdits(
+        set=tuple(h for h in route.set if h.name not in named) + own.set,
+        add=tuple(h for h in route.add if h.name not in named) + own.add,
+        remove=tuple(n for n in route.remove if n not in named) + own.remove,
+    )
+
+
+def _forward_extras(
+    route: ir.Route, forward: ir.Forward, out: Any, upstreams: Mapping[str, ir.Upstream]
+) -> None:
+    """Request header edits, path rewrite, per-attempt timeout, retries and mirrors of a route."""
+    action = out.route
+    own_request = any(b.request_headers is not None for b in forward.backends)
+    if forward.request_headers is not None and not own_request:  # else: _weighted_edits
+        out.request_headers_to_add.extend(_header_options(forward.request_headers))
+        out.request_headers_to_remove.extend(forward.request_headers.remove)
+    path = forward.rewrite.path if forward.rewrite is not None else None
+    if path is not None:
+        prefix, regex = _path_rewrite(route.name, path, route.match)
+        if regex is not None:
+            action.regex_rewrite.CopyFrom(regex)
+        else:
+            action.prefix_rewrite = prefix
+    if forward.backend_timeout_ms < 0:
+        raise ValueError(f"route {route.name!r}: negative timeout")
+    if forward.retry is not None or forward.backend_timeout_ms:
+        action.retry_policy.CopyFrom(_retry_policy(forward.retry, forward.backend_timeout_ms))
+    for mirror in forward.mirrors:
+        if not 0 <= mirror.numerator <= mirror.denominator or mirror.denominator <= 0:
+            raise ValueError(f"route {route.name!r}: mirror share {mirror.numerator}/{mirror.denominator}")
+        target = upstreams.get(mirror.upstream)
+        if target is None:
+            raise ValueError(f"route {route.name!r}: unknown upstream {mirror.upstream!r}")
+        if target.protocol is ir.UpstreamProtocol.TCP:
+            raise ValueError(f"route {route.name!r}: upstream {target.name!r} speaks raw TCP, not HTTP")
+        policy = action.request_mirror_policies.add(
+            cluster=target.name, disable_shadow_host_suffix_append=True
+        )
+        if target.host_header is not None:
+            policy.host_rewrite_literal = target.host_header
+        if mirror.numerator != mirror.denominator:
+            policy.runtime_fraction.default_value.CopyFrom(_fraction(mirror.numerator, mirror.denominator))
+
+
+def _header_options(edits: ir.HeaderEdits) -> list[Any]:
+    """``set`` and ``add`` as Envoy header options; values are literal (``%`` escaped)."""
+    actions = base_pb2.HeaderValueOption
+    return [
+        base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key=header.name, value=header.value.replace("%", "%%")),
+            append_action=append_action,
+        )
+        for headers, append_action in (
+            (edits.set, actions.OVERWRITE_IF_EXISTS_OR_ADD),
+            (edits.add, actions.APPEND_IF_EXISTS_OR_ADD),
+        )
+        for header in headers
+    ]
+
+
+def _path_rewrite(name: str, path: ir.PathRewrite, match: ir.RouteMatch) -> tuple[str, Any]:
+    """A path rewrite as Envoy's ``prefix_rewrite`` (first) or ``regex_rewrite`` (second, or ``None``).
+
+    ``ReplacePrefixMatch`` keeps the segments after the matched prefix: a
+    prefix rewrite, without the value's trailing slash (``/foo/bar`` with
+    ``/xyz/`` → ``/xyz/bar``, not ``/xyz//bar``); after the prefix ``/``
+    the value gets one (``/bar`` → ``/xyz/bar``). An empty value (or ``/``)
+    is a regular expression instead, which also eats the slashes after
+    the prefix: ``/foo/bar`` → ``/bar``, ``/foo`` → ``/`` (a plain prefix
+    rewrite would leave ``//bar`` and an empty path). Either way the
+    query string is kept.
+    """
+    if path.kind == "ReplaceFullPath":
+        return "", _regex_substitution("^.*$", path.value)
+    if match.path.kind != "PathPrefix":
+        raise ValueError(f"route {name!r}: ReplacePrefixMatch needs a PathPrefix match")
+    value = path.value.rstrip("/")
+    prefix = match.path.value
+    if not value:
+        return "", _regex_substitution("^" + re.escape(prefix.rstrip("/")) + "/*", "/")
+    return (value + "/" if prefix == "/" else value), None
+
+
+def _regex_substitution(pattern: str, substitution: str) -> Any:
+    # In an RE2 substitution a backslash starts \0-\9 or \\; paths are literal.
+    return regex_pb2.RegexMatchAndSubstitute(
+        pattern=regex_pb2.RegexMatcher(regex=pattern), substitution=substitution.replace("\\", "\\\\")
+    )
+
+
+_REDIRECT_CODES = {
+    301: route_components_pb2.RedirectAction.MOVED_PERMANENTLY,
+    302: route_components_pb2.RedirectAction.FOUND,
+    303: route_components_pb2.RedirectAction.SEE_OTHER,
+    307: route_components_pb2.RedirectAction.TEMPORARY_REDIRECT,
+    308: route_components_pb2.RedirectAction.PERMANENT_REDIRECT,
+}
+
+
+def _redirect(name: str, redirect: ir.Redirect, match: ir.RouteMatch) -> Any:
+    """A redirect. With no port of its own, Envoy writes the Host header's, which the
+    connection manager has stripped (``strip_any_host_port``): ``None`` writes none."""
+    if redirect.status not in _REDIRECT_CODES:
+        raise ValueError(f"route {name!r}: redirect status {redirect.status}")
+    out = route_components_pb2.RedirectAction(response_code=_REDIRECT_CODES[redirect.status])
+    if redirect.scheme is not None:
+        out.scheme_redirect = redirect.scheme
+    if redirect.hostname is not None:
+        out.host_redirect = redirect.hostname
+    if redirect.port is not None:
+        out.port_redirect = redirect.port
+    if redirect.path is not None:
+        if redirect.path.kind == "ReplaceFullPath":
+            # The request's query string is kept (path_redirect has none of its own).
+            out.path_redirect = redirect.path.value or "/"
+        else:
+            prefix, regex = _path_rewrite(name, redirect.path, match)
+            if regex is not None:
+                out.regex_rewrite.CopyFrom(regex)
+            else:
+                out.prefix_rewrite = prefix
+    return out
+
+
+#: What is retried besides the status codes: failures before the upstream
+#: could process the request (never a reset after it was sent).
+RETRY_ON = ("connect-failure", "refused-stream", "reset-before-request")
+
+
+def _retry_policy(retry: ir.Retry | None, per_try_ms: int) -> Any:
+    """Envoy's retry policy; with ``retry`` ``None`` it only carries the per-attempt timeout."""
+    out = route_components_pb2.RetryPolicy()
+    if per_try_ms:
+        out.per_try_timeout.CopyFrom(_duration_ms(per_try_ms))
+    if retry is None:
+        out.num_retries.value = 0
+        return out
+    if retry.attempts < 0 or any(not 100 <= code <= 599 for code in retry.codes):
+        raise ValueError(f"invalid retry policy {retry!r}")
+    out.retry_on = ",".join((*RETRY_ON, "retriable-status-codes") if retry.codes else RETRY_ON)
+    out.retriable_status_codes.extend(sorted(retry.codes))
+    out.num_retries.value = retry.attempts
+    if retry.backoff_ms is not None:
+        out.retry_back_off.base_interval.CopyFrom(_duration_ms(max(1, retry.backoff_ms)))
+    return out
+
+
+def _fraction(numerator: int, denominator: int) -> Any:
+    """``numerator/denominator`` as Envoy's fraction (per hundred, ten thousand or million)."""
+    kinds = percent_pb2.FractionalPercent
+    for scale, kind in ((100, kinds.HUNDRED), (10_000, kinds.TEN_THOUSAND), (1_000_000, kinds.MILLION)):
+        if scale % denominator == 0:
+            return kinds(numerator=numerator * (scale // denominator), denominator=kind)
+    return kinds(numerator=round(numerator * 1_000_000 / denominator), denominator=kinds.MILLION)
+
+
+#: Every method a CORS policy can name (with ``*`` and credentials, all are listed).
+_CORS_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+
+def _cors_policy(cors: ir.Cors) -> Any:
+    """The route's CORS policy. Preflights from an origin not allowed are answered, not forwarded."""
+    out = cors_pb2.CorsPolicy(
+        allow_origin_string_match=[_origin_matcher(origin) for origin in cors.allow_origins],
+        allow_methods=", ".join(cors.allow_methods),
+        allow_headers=", ".join(cors.allow_headers),
+        expose_headers=", ".join(cors.expose_headers),
+        max_age=str(cors.max_age_s),
+        forward_not_matching_preflights=wrappers_pb2.BoolValue(value=False),
+    )
+    if cors.allow_credentials:
+        out.allow_credentials.value = True
+    return out
+
+
+def _origin_matcher(origin: str) -> Any:
+    """An allowed origin: ``*`` any; else scheme, host (``*`` matches any characters) and port,
+    the scheme's default port matching with or without it being written."""
+    if origin == "*":
+        return string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=".*"))
+    scheme, _, authority = origin.partition("://")
+    host, _, port = authority.partition(":")
+    host_regex = ".*".join(re.escape(part) for part in host.split("*"))
+    default = _DEFAULT_PORTS.get(scheme.lower())
+    if not port or port == default:
+        port_regex = f"(:{default})?" if default else ""
+    else:
+        port_regex = ":" + re.escape(port)
+    regex = re.escape(scheme) + "://" + host_regex + port_regex
+    return string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=regex))
 
 
 def _upstream_of(
@@ -601,9 +1039,12 @@ def _cluster_name(upstream: ir.Upstream | None) -> str:
 
 
 def _match(match: ir.RouteMatch) -> Any:
+    """Path, headers, query parameters and method; regular expressions must match whole values."""
     out = route_components_pb2.RouteMatch()
     if match.path.kind == "Exact":
         out.path = match.path.value
+    elif match.path.kind == "RegularExpression":
+        out.safe_regex.regex = match.path.value
     elif match.path.value == "/":
         out.prefix = "/"
     else:
@@ -611,9 +1052,19 @@ def _match(match: ir.RouteMatch) -> Any:
         # which is the Gateway API's PathPrefix. Envoy rejects a trailing "/",
         # which the IR never has (except "/", handled above).
         out.path_separated_prefix = match.path.value
-    for header in sorted(match.headers, key=lambda h: (h.name, h.value)):
-        out.headers.add(name=header.name, string_match=string_pb2.StringMatcher(exact=header.value))
+    for header in sorted(match.headers, key=lambda h: (h.name, h.kind, h.value)):
+        out.headers.add(name=header.name, string_match=_string_matcher(header.kind, header.value))
+    if match.method is not None:
+        out.headers.add(name=":method", string_match=string_pb2.StringMatcher(exact=match.method))
+    for param in sorted(match.query, key=lambda q: (q.name, q.kind, q.value)):
+        out.query_parameters.add(name=param.name, string_match=_string_matcher(param.kind, param.value))
     return out
+
+
+def _string_matcher(kind: str, value: str) -> Any:
+    if kind == "RegularExpression":
+        return string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=value))
+    return string_pb2.StringMatcher(exact=value)
 
 
 # --------------------------------------------------------------------------
@@ -636,7 +1087,7 @@ def _cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
     else:
         # The DNS cluster extension, not the deprecated ``type: STRICT_DNS``.
         out.cluster_type.name = "envoy.cluster.dns"
-        out.cluster_type.typed_config.CopyFrom(_any(_dns_cluster(destination.dns or dns)))
+        out.cluster_type.typed_config.CopyFrom(_packed_dns_cluster(destination.dns or dns))
         out.load_assignment.CopyFrom(
             _load_assignment(upstream.name, [(destination.hostname, destination.port)])
         )
@@ -672,15 +1123,32 @@ def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     filters = []
     guard = upstream.egress_guard
     if guard is not None and guard.denied_networks:
-        filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_any(_egress_guard(guard))))
+        filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_packed_guard(guard)))
     http = upstream.protocol is not ir.UpstreamProtocol.TCP  # no headers ever reach a TCP upstream
     if http and (upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName)):
-        strip = _any(_strip_internal_headers())
+        strip = _packed_strip_internal_headers()
         filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))
     if filters:
         codec = upstream_codec_pb2.UpstreamCodec()
         filters.append(hcm_pb2.HttpFilter(name="envoy.filters.http.upstream_codec", typed_config=_any(codec)))
     return filters
+
+
+# Every external upstream carries the same few filter and DNS configurations: build
+# and pack each once (callers copy the Any into their own message, never change it).
+@functools.lru_cache(maxsize=64)
+def _packed_guard(guard: ir.EgressGuard) -> Any:
+    return _any(_egress_guard(guard))
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_strip_internal_headers() -> Any:
+    return _any(_strip_internal_headers())
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_dns_cluster(dns: ir.DnsSettings) -> Any:
+    return _any(_dns_cluster(dns))
 
 
 def _egress_guard(guard: ir.EgressGuard) -> Any:

@@ -1,0 +1,127 @@
+"""The TLS listener of a socket: its HTTPS and TLS listeners, dispatched by server name.
+
+Each Gateway listener on the socket claims its hostname (none: every name),
+and a connection belongs to the listener whose hostname matches its server
+name most specifically: exact, then the longest wildcard, then none (the
+Gateway API's rule, and Envoy's for filter chains). So:
+
+* An HTTPS listener serves only its own routes, and only the Hosts it owns:
+  a route hostname that a more specific HTTPS listener on the socket claims
+  is left to that one, and every other HTTPS listener's hostname answers
+  421 (Misdirected Request), so that a client reusing a connection for
+  another name (HTTP/2 coalescing) opens a new one, whose server name picks
+  the right certificate and routes. A Host no listener claims gets 404.
+* A TLS listener relays the server names its routes claim, unless a more
+  specific listener (HTTPS or TLS) on the socket owns that name.
+"""
+
+from __future__ import annotations
+
+from weir import ir
+from weir.translate.gateways import ListenerContext, covers
+
+#: The body of a 421: the Host belongs to another listener on the same port.
+MISDIRECTED_BODY = (
+    "weir: {host} is served by listener {listener} of Gateway {gateway} on this port, not on this "
+    "connection; open a new one whose server name (SNI) is that host\n"
+)
+#: ... and when that listener serves nothing (its certificates do not resolve).
+UNSERVED_BODY = (
+    "weir: {host} belongs to listener {listener} of Gateway {gateway} on this port, which serves "
+    "nothing until its certificates resolve (see its ResolvedRefs condition)\n"
+)
+
+
+def tls_listener(name: str, address: str, port: int, listeners: list[ListenerContext]) -> ir.TlsListener:
+    """The IR listener for one socket from the accepted HTTPS and TLS listeners on it.
+
+    ``listeners`` have distinct hostnames (:func:`weir.translate.gateways._settle_sockets`
+    saw to it). One whose certificates do not resolve serves nothing, but still
+    owns its hostname: its server name is closed (not left to a wildcard
+    listener, whose routes and certificate were not meant for it), and other
+    HTTPS listeners answer 421 for it.
+    """
+    https_listeners = [lc for lc in listeners if lc.protocol == "HTTPS"]
+    servers = []
+    relays = []
+    for lc in https_listeners:
+        server = f"{name}/{lc.hostname or '*'}"
+        if not lc.served:
+            relays.append(ir.TlsRelay(server, _server_names(lc.hostname), backends=()))
+            continue
+        virtual_hosts = []
+        for domain in sorted(lc.routes):
+            if owner(domain, https_listeners) is not lc:
+                continue
+            entries = sorted(lc.routes[domain], key=lambda e: e[0])
+            routes = tuple(dict.fromkeys(route for _, route in entries))
+            virtual_hosts.append(ir.VirtualHost(f"{server}/{domain}", (domain,), routes))
+        for other in https_listeners:
+            if other is not lc:
+                domain = other.hostname or "*"
+                virtual_hosts.append(ir.VirtualHost(f"{server}/{domain}", (domain,), (_misdirected(other),)))
+        servers.append(
+            ir.HttpsServer(
+                name=server,
+                server_names=_server_names(lc.hostname),
+                certificates=tuple(c.name for c in lc.certificates),
+                virtual_hosts=tuple(sorted(virtual_hosts, key=lambda v: v.name)),
+            )
+        )
+    for lc in listeners:
+        if lc.protocol != "TLS":
+            continue
+        if not lc.served:
+            closed = ir.TlsRelay(f"{name}/{lc.hostname or '*'}", _server_names(lc.hostname), backends=())
+            relays.append(closed)
+            continue
+        certificates = tuple(c.name for c in lc.certificates) if lc.terminates_tls else ()
+        for server_name, backends in sorted(lc.relays.items()):
+            if owner(server_name, listeners) is lc:
+                relays.append(
+                    ir.TlsRelay(
+                        name=f"{name}/{server_name}",
+                        server_names=_server_names(None if server_name == "*" else server_name),
+                        backends=backends,
+                        certificates=certificates,
+                    )
+                )
+    return ir.TlsListener(
+        name=name,
+        address=address,
+        port=port,
+        https=tuple(sorted(servers, key=lambda s: s.name)),
+        relays=tuple(sorted(relays, key=lambda r: r.name)),
+    )
+
+
+def owner(name: str, listeners: list[ListenerContext]) -> ListenerContext | None:
+    """The listener whose hostname matches ``name`` (a server name or domain, maybe a wildcard) best."""
+    matching = [lc for lc in listeners if covers(lc.hostname, name)]
+    return max(matching, key=lambda lc: _specificity(lc.hostname), default=None)
+
+
+def _specificity(hostname: str | None) -> tuple[int, int]:
+    """Exact names before wildcards, longer wildcards before shorter, no hostname last."""
+    if hostname is None:
+        return (0, 0)
+    if hostname.startswith("*."):
+        return (1, hostname.count("."))
+    return (2, 0)
+
+
+def _server_names(hostname: str | None) -> tuple[str, ...]:
+    return () if hostname is None else (hostname,)
+
+
+def _misdirected(other: ListenerContext) -> ir.Route:
+    gw = other.gateway
+    host = other.hostname or "this host"
+    body = MISDIRECTED_BODY.format(host=host, listener=other.name, gateway=f"{gw.namespace}/{gw.name}")
+    if not other.served:
+        body = UNSERVED_BODY.format(host=host, listener=other.name, gateway=f"{gw.namespace}/{gw.name}")
+    return ir.Route(
+        name=f"misdirected/{gw.namespace}/{gw.name}/{other.name}",
+        match=ir.RouteMatch(path=ir.PathMatch("PathPrefix", "/")),
+        action=ir.DirectResponse(421, body),
+    )

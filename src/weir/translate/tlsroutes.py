@@ -1,0 +1,260 @@
+"""TLSRoutes: attachment to TLS listeners by server name, the backends of each name, and route status.
+
+A TLS listener serves the server names (SNI) that its hostname and its
+routes' ``hostnames`` have in common (:func:`weir.translate.routes.intersect_hostnames`):
+a route whose hostnames match none of the listener's is not accepted there
+(``NoMatchingListenerHostname``). When several routes claim one server name
+on a listener, the oldest (creation time, then namespace/name) gets its
+connections; the others stay ``Accepted=True``, count in ``attachedRoutes``
+and say in their message which route gets the connections instead, as for
+TCPRoutes.
+
+In mode ``Passthrough`` the client's TLS goes to the backend unchanged, so a
+backend that would wrap it in TLS of the gateway's own (an XBackend with
+``tls``, a Service with a BackendTLSPolicy) is refused there: its share of
+connections is closed and the route's ``ResolvedRefs`` says why. In mode
+``Terminate`` such a backend is how the relayed bytes get encrypted again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from weir import ir
+from weir.api.gateway_v1 import GROUP, ParentReference
+from weir.api.gateway_v1_tlsroute import TLSRoute
+from weir.api.meta import ObjectKey
+from weir.resources import Resources
+from weir.translate import status as st
+from weir.translate.backends import BackendResolver, RefFailure
+from weir.translate.gateways import GatewayContext, ListenerContext
+from weir.translate.routes import (
+    RouteTable,
+    intersect_hostnames,
+    listener_allows,
+    no_listener_message,
+    not_allowed_message,
+    parent_listeners,
+    parent_ref_data,
+)
+from weir.translate.tcproutes import tcp_backends
+
+KIND = "TLSRoute"
+
+
+@dataclass(frozen=True)
+class _Attachment:
+    listener: ListenerContext
+    server_names: tuple[str, ...]
+
+
+@dataclass
+class _Parent:
+    ref: ParentReference
+    accepted: st.Condition
+    attachments: list[_Attachment]
+
+
+@dataclass
+class _Route:
+    route: TLSRoute
+    parents: list[_Parent]
+    #: Backends for listeners that terminate TLS, and for passthrough ones (TLS-originating
+    #: upstreams turned into closed shares).
+    backends: tuple[ir.WeightedBackend, ...]
+    passthrough_backends: tuple[ir.WeightedBackend, ...]
+    failure: RefFailure | None
+
+    @property
+    def precedence(self) -> tuple[str, str, str]:
+        return (self.route.metadata.creation_timestamp or "", self.route.namespace, self.route.name)
+
+
+def translate_tls_routes(
+    resources: Resources,
+    gateways: list[GatewayContext],
+    resolver: BackendResolver,
+    controller_name: str,
+    table: RouteTable,
+) -> dict[ObjectKey, dict[str, Any]]:
+    """Attach every TLSRoute, fill the listeners' ``relays``, and return the routes' statuses.
+
+    Upstreams and secrets of the backends go to ``table``. As for the other
+    route kinds, only parentRefs to weir's Gateways (or to Gateways that do
+    not exist) get a status entry; other controllers' entries are kept.
+    """
+    by_key = {ctx.gateway.key: ctx for ctx in gateways}
+    existing = {gw.key for gw in resources.gateways}
+    routes: list[_Route] = []
+    statuses: dict[ObjectKey, dict[str, Any]] = {}
+    for route in resources.tls_routes:
+        parents: list[_Parent] = []
+        for ref in route.spec.parent_refs:
+            if ref.group != GROUP or ref.kind != "Gateway":
+                continue
+            gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
+            ctx = by_key.get(gw_key)
+            if ctx is None and gw_key in existing:
+                continue  # another controller's Gateway
+            accepted, attachments = _attach(resources, route, ref, ctx, gw_key)
+            parents.append(_Parent(ref, accepted, attachments))
+        if not parents:
+            stale = st.parents_status(route.status, controller_name, [])
+            if stale is not None:  # weir's entries for Gateways the route no longer names
+                statuses[route.key] = stale
+            continue
+        gateways_used = {a.listener.gateway.key for p in parents for a in p.attachments}
+        passthrough = any(not a.listener.terminates_tls for p in parents for a in p.attachments)
+        routes.append(_resolve(route, parents, resolver, gateways_used, table, passthrough=passthrough))
+
+    # On each listener, each server name goes to the oldest route claiming it.
+    winners: dict[tuple[int, str], _Route] = {}
+    for entry in sorted(routes, key=lambda r: r.precedence):
+        for parent in entry.parents:
+            for att in parent.attachments:
+                for name in att.server_names:
+                    if winners.setdefault((id(att.listener), name), entry) is entry:
+                        lc = att.listener
+                        lc.relays[name] = entry.backends if lc.terminates_tls else entry.passthrough_backends
+    for entry in routes:
+        counted: set[int] = set()
+        for parent in entry.parents:
+            for att in parent.attachments:
+                if id(att.listener) not in counted:
+                    counted.add(id(att.listener))
+                    att.listener.attached += 1
+
+    for entry in routes:
+        route = entry.route
+        gen = route.metadata.generation
+        refs = (
+            (False, entry.failure.reason, entry.failure.message)
+            if entry.failure
+            else (True, st.R_RESOLVED_REFS, "All references resolved")
+        )
+        ours = []
+        for parent in entry.parents:
+            accepted = parent.accepted
+            shadowed = [
+                (att.listener, name, winners[(id(att.listener), name)])
+                for att in parent.attachments
+                for name in att.server_names
+                if winners[(id(att.listener), name)] is not entry
+            ]
+            if shadowed:
+                accepted = {**accepted, "message": _shadowed_message(shadowed)}
+            ours.append(
+                {
+                    "parentRef": parent_ref_data(parent.ref, route.namespace),
+                    "controllerName": controller_name,
+                    "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
+                }
+            )
+        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
+    return statuses
+
+
+def _attach(
+    resources: Resources,
+    route: TLSRoute,
+    ref: ParentReference,
+    ctx: GatewayContext | None,
+    gw_key: ObjectKey,
+) -> tuple[st.Condition, list[_Attachment]]:
+    gen = route.metadata.generation
+
+    def refuse(reason: str, message: str) -> tuple[st.Condition, list[_Attachment]]:
+        return st.condition(st.ACCEPTED, False, reason, message, gen), []
+
+    if ctx is None:
+        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} does not exist")
+    if not ctx.addresses:
+        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
+    candidates = parent_listeners(ctx, ref)
+    if not candidates:
+        return refuse(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
+    allowed = [lc for lc in candidates if lc.valid and listener_allows(resources, lc, KIND, route.namespace)]
+    if not allowed:
+        return refuse(
+            st.R_NOT_ALLOWED_BY_LISTENERS, not_allowed_message(KIND, route.namespace, candidates, gw_key)
+        )
+    attachments = []
+    for lc in allowed:
+        names = intersect_hostnames(lc.hostname, route.spec.hostnames)
+        if names:
+            attachments.append(_Attachment(lc, names))
+    if not attachments:
+        return refuse(
+            st.R_NO_MATCHING_LISTENER_HOSTNAME,
+            "None of the route's hostnames matches a listener hostname: "
+            + ", ".join(sorted({lc.hostname or "*" for lc in allowed})),
+        )
+    return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), attachments
+
+
+def _resolve(
+    route: TLSRoute,
+    parents: list[_Parent],
+    resolver: BackendResolver,
+    gateways: set[ObjectKey],
+    table: RouteTable,
+    *,
+    passthrough: bool,
+) -> _Route:
+    """Resolve the rule's references (a TLSRoute has exactly one rule).
+
+    A reference that fails keeps its weight as a share of connections that
+    are closed; weight 0 drops a backend. ``passthrough``: the route is
+    attached to a passthrough listener, where a TLS-originating upstream is
+    refused (see the module doc).
+    """
+    failure: RefFailure | None = None
+    weights: dict[str | None, int] = {}
+    passthrough_weights: dict[str | None, int] = {}
+    for ref in route.spec.rules[0].backend_refs:
+        result = resolver.resolve(
+            route_kind=KIND, route_namespace=route.namespace, ref=ref, gateways=gateways
+        )
+        name: str | None = None
+        passthrough_name: str | None = None
+        if isinstance(result, RefFailure):
+            failure = failure or result
+        else:
+            upstream = result.upstream
+            if upstream is not None:
+                name = upstream.name
+                table.upstreams[name] = upstream
+                if upstream.tls is None:
+                    passthrough_name = name
+                elif passthrough:
+                    failure = failure or RefFailure(
+                        st.R_UNSUPPORTED_PROTOCOL,
+                        f"{ref.kind} {ref.namespace or route.namespace}/{ref.name} is reached over TLS that "
+                        "the gateway originates (the XBackend's tls, or a BackendTLSPolicy), but a "
+                        "passthrough listener relays the client's own TLS, which would arrive wrapped in a "
+                        "second TLS session: its share of connections is closed; use a backend without "
+                        "TLS origination, or a listener in mode Terminate",
+                    )
+            for secret in result.secrets:
+                table.secrets[secret.name] = secret
+        if ref.weight > 0:
+            weights[name] = weights.get(name, 0) + ref.weight
+            passthrough_weights[passthrough_name] = passthrough_weights.get(passthrough_name, 0) + ref.weight
+    return _Route(route, parents, tcp_backends(weights), tcp_backends(passthrough_weights), failure)
+
+
+def _shadowed_message(shadowed: list[tuple[ListenerContext, str, _Route]]) -> str:
+    parts = []
+    for lc, name, winner in shadowed:
+        gw = lc.gateway
+        parts.append(
+            f"on listener {lc.name} of Gateway {gw.namespace}/{gw.name}, {name} goes to the older TLSRoute "
+            f"{winner.route.namespace}/{winner.route.name}"
+        )
+    return (
+        "Route is accepted, but "
+        + "; ".join(parts)
+        + ": a server name is served by the oldest route that claims it, so this route gets none of "
+        "those connections"
+    )
