@@ -1,0 +1,1170 @@
+"""Control-plane scale benchmark: N HTTPRoutes, each with its own XBackend.
+
+Usage::
+
+    python bench/controlplane.py --n 100 1000 10000 --edits 50   # the full run; writes docs
+    python bench/controlplane.py smoke                           # N=100, 5 edits, a few seconds
+
+For each N it generates a folder of manifests (one GatewayClass, one Gateway
+with :data:`LISTENERS` HTTP listeners, and one file per route holding an
+HTTPRoute and its XBackend; route ``i`` attaches to listener ``i % LISTENERS``
+and forwards ``/r<i>/v1`` to ``x<i>.bench.example``) and measures:
+
+* **stages, in process** (a fresh Python process per N, so heaps do not mix):
+  load + validate (``FilesProvider.load``), ``translate``, ``xds.build``, the
+  controller's snapshot version hash, ADS serialisation (every resource packed
+  into one ``DiscoveryResponse`` per type and serialised), a full collection of
+  the garbage collector, and one single-route edit recomputed the way the
+  controller does it today (reload, translate, build, hash, compare, pack);
+* **end to end, through ``weir run`` in a subprocess**: start → every sampled
+  route answered through Envoy (:data:`SAMPLE` routes spread over all of them,
+  the last one included), with the milestones weir logs on the way; then
+  ``--edits`` single-route edits (alternately a new path on the route, and a
+  new hostname on its XBackend, each written to the route's own file) → the new
+  behaviour answered through Envoy, p50 / p99; RSS of weir and of Envoy (from
+  ``/proc``) after start and after the edits.
+
+Upstreams: nginx (Debian's ``nginx-light`` or ``nginx``) when installed, else
+``weir.testkit.RecordingUpstream``; either answers ``<Host> <path>``, so a
+probe can tell which XBackend served it. XBackend hostnames resolve through a
+small DNS responder on loopback (every name under ``bench.example`` is
+``127.0.0.1``; a wire-format responder in its own process, so that resolving
+10,000 names at start costs the benchmark, not weir, little). The egress
+guard stays on every cluster, denying only ``127.0.0.66/32`` as the tests do
+(``--egress-denied-cidrs``), so loopback upstreams are allowed.
+
+Envoy's access log lines travel through weir's logging (``weir.envoy.access``
+at INFO); the benchmark runs the ``weir run`` command with that one logger at
+WARNING so that its own probes do not load the process it measures.
+
+Everything binds to 127.0.0.1 and every process started is stopped by its PID.
+Results go to ``docs/performance.md`` (section "Control plane") and
+``docs/img/controlplane.png`` unless ``--no-write`` (smoke never writes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import http.client
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+LISTENERS = 4
+#: Routes probed at start (spread evenly; the first and the last are always in).
+SAMPLE = 32
+ZONE = "bench.example"
+DENIED = "127.0.0.66/32"
+MIB = 1024 * 1024
+SECTION = "## Control plane"
+
+
+# ----------------------------------------------------------------------------- manifests
+
+
+def gateway_yaml(ports: Sequence[int]) -> str:
+    listeners = "\n".join(f"  - {{name: l{k}, port: {port}, protocol: HTTP}}" for k, port in enumerate(ports))
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: weir}}
+spec: {{controllerName: weir.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: bench, namespace: default}}
+spec:
+  gatewayClassName: weir
+  listeners:
+{listeners}
+"""
+
+
+def route_yaml(i: int, upstream_port: int, version: int = 1, backend: int = 0) -> str:
+    """Route ``i`` serving ``/r<i>/v<version>`` from ``x<i>[-e<backend>].bench.example``."""
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r{i}, namespace: default}}
+spec:
+  parentRefs: [{{name: bench, sectionName: l{i % LISTENERS}}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /r{i}/v{version}}}}}]
+    backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: x{i}}}]
+---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {{name: x{i}, namespace: default}}
+spec:
+  type: ExternalHostname
+  externalHostname: {{hostname: {backend_host(i, backend)}}}
+  port: {{port: {upstream_port}}}
+"""
+
+
+def backend_host(i: int, backend: int = 0) -> str:
+    return f"x{i}.{ZONE}" if backend == 0 else f"x{i}-e{backend}.{ZONE}"
+
+
+def route_file(folder: Path, i: int) -> Path:
+    return folder / "routes" / f"r{i:05d}.yaml"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write as editors do: a hidden temporary file renamed over the target."""
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def generate(folder: Path, n: int, listener_ports: Sequence[int], upstream_port: int) -> None:
+    (folder / "routes").mkdir(parents=True, exist_ok=True)
+    (folder / "gateway.yaml").write_text(gateway_yaml(listener_ports))
+    for i in range(n):
+        route_file(folder, i).write_text(route_yaml(i, upstream_port))
+
+
+def sample_routes(n: int, count: int = SAMPLE) -> list[int]:
+    if n <= count:
+        return list(range(n))
+    step = (n - 1) / (count - 1)
+    return sorted({round(k * step) for k in range(count)} | {0, n - 1})
+
+
+# ----------------------------------------------------------------------------- helper processes
+
+
+def dns_answer(packet: bytes, zone: bytes, ttl: int = 3600) -> bytes | None:
+    """A DNS reply: ``A 127.0.0.1`` for names in ``zone``, empty NOERROR for other types, else NXDOMAIN."""
+    if len(packet) < 12:
+        return None
+    ident, flags, qdcount = struct.unpack("!HHH", packet[:6])
+    if qdcount != 1 or flags & 0x8000:
+        return None
+    pos, labels = 12, []
+    while True:
+        if pos >= len(packet):
+            return None
+        size = packet[pos]
+        if size == 0:
+            pos += 1
+            break
+        if size & 0xC0:
+            return None
+        labels.append(packet[pos + 1 : pos + 1 + size])
+        pos += 1 + size
+    if pos + 4 > len(packet):
+        return None
+    qtype = struct.unpack("!H", packet[pos : pos + 2])[0]
+    question = packet[12 : pos + 4]
+    name = b".".join(labels).lower()
+    known = name == zone or name.endswith(b"." + zone)
+    answer = b""
+    if known and qtype in (1, 255):  # A, ANY
+        answer = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, ttl, 4) + bytes((127, 0, 0, 1))
+    # QR, AA, RD as asked, RA; NXDOMAIN outside the zone.
+    reply_flags = 0x8400 | (flags & 0x0100) | 0x0080 | (0 if known else 3)
+    header = struct.pack("!6H", ident, reply_flags, 1, 1 if answer else 0, 0, 0)
+    return header + question + answer
+
+
+def serve_dns(log_path: str | None = None) -> None:
+    """``_dns [LOG]``: answer on a UDP port of 127.0.0.1 until SIGTERM; print the port first.
+
+    With ``LOG``, the arrival time (``time.perf_counter``) and question of every
+    query are written there on exit.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MIB)
+    sock.bind(("127.0.0.1", 0))
+    seen: list[tuple[float, bytes]] = []
+
+    def finish(*_: Any) -> None:
+        if log_path:
+            with open(log_path, "w") as fh:
+                fh.writelines(f"{at:.6f} {packet[12:-4]!r}\n" for at, packet in seen)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, finish)
+    print(sock.getsockname()[1], flush=True)
+    zone = ZONE.encode()
+    while True:
+        packet, peer = sock.recvfrom(4096)
+        if log_path:
+            seen.append((time.perf_counter(), packet))
+        reply = dns_answer(packet, zone)
+        if reply is not None:
+            sock.sendto(reply, peer)
+
+
+def serve_recording_upstream() -> None:
+    """``_upstream``: weir.testkit.RecordingUpstream answering ``<Host> <path>``; print the port first."""
+    import asyncio
+
+    from weir.testkit import RecordingUpstream, SeenRequest, UpstreamResponse
+
+    async def main() -> None:
+        upstream: RecordingUpstream
+
+        def answer(seen: SeenRequest) -> UpstreamResponse:
+            upstream.clear()  # nothing to keep; memory stays flat
+            return UpstreamResponse(body=f"{seen.host} {seen.path}\n")
+
+        upstream = RecordingUpstream("bench", handler=answer, http2=False)
+        await upstream.start()
+        print(upstream.port, flush=True)
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await upstream.stop()
+
+    asyncio.run(main())
+
+
+NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  keepalive_requests 1000000;
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{ default_type text/plain; return 200 "$host $uri\\n"; }}
+  }}
+}}
+"""
+
+
+class Processes:
+    """Child processes started by the benchmark; each is stopped by its PID."""
+
+    def __init__(self) -> None:
+        self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def add(self, name: str, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        self._procs.append((name, proc))
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        self._procs = [(n, p) for n, p in self._procs if p is not proc]
+
+    def stop_all(self) -> None:
+        for _, proc in reversed(list(self._procs)):
+            self.stop(proc)
+
+
+def _read_port(proc: subprocess.Popen[bytes], what: str) -> int:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode().strip()
+    if not line.isdigit():
+        raise RuntimeError(f"{what} did not start (printed {line!r})")
+    return int(line)
+
+
+def start_upstream(procs: Processes, workdir: Path, port: int) -> tuple[str, int]:
+    """nginx if installed (on ``port``), else RecordingUpstream (on a port it picks)."""
+    nginx = shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+    if nginx:
+        conf_dir = workdir / "nginx"
+        conf_dir.mkdir()
+        (conf_dir / "nginx.conf").write_text(NGINX_CONF.format(dir=conf_dir, port=port))
+        proc = procs.add(
+            "nginx",
+            subprocess.Popen(
+                [nginx, "-p", str(conf_dir), "-c", str(conf_dir / "nginx.conf")],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+        )
+        if wait_http(port, "/", timeout=10):
+            return "nginx", port
+        procs.stop(proc)
+    proc = procs.add(
+        "upstream",
+        subprocess.Popen(
+            [sys.executable, __file__, "_upstream"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+        ),
+    )
+    return "RecordingUpstream", _read_port(proc, "RecordingUpstream")
+
+
+def start_dns(procs: Processes, log: Path | None = None) -> int:
+    cmd = [sys.executable, __file__, "_dns"] + ([str(log)] if log else [])
+    proc = procs.add("dns", subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE))
+    return _read_port(proc, "DNS responder")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+# ----------------------------------------------------------------------------- HTTP probes
+
+
+class Prober:
+    """Keep-alive HTTP/1.1 GETs to 127.0.0.1, one connection per port."""
+
+    def __init__(self) -> None:
+        self._conns: dict[int, http.client.HTTPConnection] = {}
+
+    def get(self, port: int, path: str, timeout: float = 2.0) -> tuple[int, str]:
+        """(status, body); status 0 when nothing answered."""
+        conn = self._conns.get(port)
+        if conn is None:
+            conn = self._conns[port] = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        try:
+            conn.request("GET", path, headers={"Host": "gw.bench"})
+            response = conn.getresponse()
+            body = response.read().decode("utf-8", "replace")
+            if response.getheader("connection", "").lower() == "close":
+                self.close(port)
+            return response.status, body
+        except (OSError, http.client.HTTPException):
+            self.close(port)
+            return 0, ""
+
+    def close(self, port: int | None = None) -> None:
+        for p in [port] if port is not None else list(self._conns):
+            conn = self._conns.pop(p, None)
+            if conn is not None:
+                conn.close()
+
+
+def wait_http(port: int, path: str, timeout: float) -> bool:
+    prober, deadline = Prober(), time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if prober.get(port, path)[0]:
+                return True
+            time.sleep(0.02)
+        return False
+    finally:
+        prober.close()
+
+
+# ----------------------------------------------------------------------------- /proc
+
+
+def rss_mib(pid: int | None) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of ``pid`` in MiB; zeros if it is gone."""
+    if not pid:
+        return 0.0, 0.0
+    values = {"VmRSS": 0.0, "VmHWM": 0.0}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in values:
+                values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def cpu_ticks(pids: Sequence[int]) -> int:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def wait_idle(pids: Sequence[int], timeout: float = 60.0, window: float = 0.2) -> float:
+    """Wait until ``pids`` use under 10% of a core over ``window`` seconds; the time waited."""
+    started = time.monotonic()
+    hz = os.sysconf("SC_CLK_TCK")
+    before = cpu_ticks(pids)
+    while time.monotonic() - started < timeout:
+        time.sleep(window)
+        now = cpu_ticks(pids)
+        if (now - before) / hz < 0.1 * window:
+            break
+        before = now
+    return time.monotonic() - started
+
+
+# ----------------------------------------------------------------------------- stages in process
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
+    """``_stages``: time each stage of the forward path in this process (see the module doc)."""
+    import resource
+
+    from envoy.service.discovery.v3 import discovery_pb2
+    from google.protobuf import any_pb2
+
+    from weir.controller import _keep_retiring, _version_of
+    from weir.providers.files import FilesProvider
+    from weir.translate import Settings, translate
+    from weir.xds import build
+    from weir.xds.server import _same
+    from weir.xds.snapshot import PUSH_ORDER, Snapshot
+
+    settings = Settings(dns_resolvers=(("127.0.0.1", 53),), egress_denied_cidrs=(DENIED,))
+    out: dict[str, Any] = {}
+
+    rss: dict[str, float] = {"imports": rss_mib(os.getpid())[0]}
+    out["rss_after"] = rss
+
+    def timed(name: str, fn: Any, *args: Any) -> Any:
+        started = time.perf_counter()
+        result = fn(*args)
+        out[name] = time.perf_counter() - started
+        rss[name] = rss_mib(os.getpid())[0]
+        return result
+
+    def serialise(resources: Any, types: Sequence[str]) -> int:
+        size = 0
+        for type_url in types:
+            packed = []
+            for message in resources[type_url].values():
+                item = any_pb2.Any()
+                item.Pack(message)
+                packed.append(item)
+            response = discovery_pb2.DiscoveryResponse(version_info="v", type_url=type_url, resources=packed)
+            size += len(response.SerializeToString())
+        return size
+
+    provider = FilesProvider([str(folder)])
+    snapshot = timed("load", provider.load)
+    out["objects"] = len(snapshot.resources)
+    out["problems"] = len(snapshot.problems)
+    translation = timed("translate", translate, snapshot.resources, settings)
+    resources = timed("build", build.build, translation.ir)
+    version = timed("hash", _version_of, resources)
+    out["xds_bytes"] = timed("serialise", serialise, resources, PUSH_ORDER)
+    out["resources"] = {t.rsplit(".", 1)[-1]: len(resources[t]) for t in PUSH_ORDER}
+    out["gc_objects"] = len(gc.get_objects())
+    timed("gc_full", gc.collect)
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    # One edit at a time, recomputed as the controller does it today.
+    served = Snapshot(version, resources)
+    n = sum(1 for _ in (folder / "routes").iterdir())
+    upstream_port = int(re.search(r"port: \{port: (\d+)\}", route_file(folder, 0).read_text())[1])  # type: ignore[index]
+    steps: dict[str, list[float]] = {
+        k: [] for k in ("reload", "translate", "build", "hash", "compare", "serialise", "total")
+    }
+    rng = random.Random(7)
+    for k in range(edits):
+        i = rng.randrange(n)
+        path = route_file(folder, i)
+        original = path.read_text()
+        kind_path = k % 2 == 0
+        text = route_yaml(i, upstream_port, version=2 if kind_path else 1, backend=0 if kind_path else k + 1)
+        write_atomically(path, text)
+        t0 = time.perf_counter()
+        provider._reload({os.path.abspath(path)})
+        t1 = time.perf_counter()
+        assert provider.snapshot is not None
+        edited = translate(provider.snapshot.resources, settings)
+        t2 = time.perf_counter()
+        desired = build.build(edited.ir)
+        t3 = time.perf_counter()
+        to_serve = _keep_retiring(served, desired)
+        new_version = _version_of(to_serve)
+        t4 = time.perf_counter()
+        changed = [t for t in PUSH_ORDER if not _same(to_serve[t], served.of_type(t))]
+        t5 = time.perf_counter()
+        serialise(to_serve, changed)
+        t6 = time.perf_counter()
+        spans = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t6 - t0)
+        for name, value in zip(steps, spans, strict=True):
+            steps[name].append(value)
+        served = Snapshot(new_version, to_serve)
+        write_atomically(path, original)
+        provider._reload({os.path.abspath(path)})
+    out["edit"] = {name: statistics.median(values) for name, values in steps.items() if values}
+    return out
+
+
+def run_stages(folder: Path, edits: int, profile: Path | None) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "_stages", str(folder), "--edits", str(edits)]
+    if profile is not None:
+        cmd += ["--profile", str(profile)]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"stage measurement failed:\n{result.stderr[-4000:]}")
+    data: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return data
+
+
+# ----------------------------------------------------------------------------- end to end
+
+WEIR_MAIN = (
+    "import logging, sys; logging.getLogger('weir.envoy.access').setLevel(logging.WARNING); "
+    "from weir.cli import main; sys.argv[0] = 'weir'; "
+)
+
+#: Milestones in weir's log (name, pattern); the first match after a mark counts.
+MILESTONES = (
+    ("loaded", re.compile(r"serving (\d+) objects from (\d+) files")),
+    ("served", re.compile(r"serving configuration (\S+) .*translated in ([\d.]+) ms")),
+    ("envoy_ready", re.compile(r"Envoy is ready")),
+    ("programmed", re.compile(r"programmed (\d+) ms after it was served")),
+)
+
+
+class LogWatch:
+    """Reads weir's stderr in a thread; remembers when each milestone line arrived."""
+
+    def __init__(self, stream: Any, keep: Path) -> None:
+        self._lock = threading.Lock()
+        self.events: list[tuple[float, str, re.Match[str]]] = []
+        self._keep = keep.open("w")
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: Any) -> None:
+        for raw in iter(stream.readline, b""):
+            now = time.perf_counter()
+            line = raw.decode("utf-8", "replace")
+            self._keep.write(f"{now:.6f} {line}")
+            for name, pattern in MILESTONES:
+                match = pattern.search(line)
+                if match:
+                    with self._lock:
+                        self.events.append((now, name, match))
+        self._keep.close()
+
+    def last_error(self) -> str:
+        """The last line weir logged at ERROR (Rich's layout removed), or ''."""
+        self._thread.join(timeout=5)
+        found = ""
+        with contextlib.suppress(OSError), open(self._keep.name) as fh:
+            for line in fh:
+                text = line.split(" ", 1)[-1].strip()  # without the arrival time
+                if text.startswith("error:"):  # the CLI's own last word
+                    found = text
+                elif " ERROR " in text:
+                    found = text.split(" ERROR ", 1)[1].strip()
+        return found
+
+    def first(self, name: str, after: float) -> tuple[float, re.Match[str]] | None:
+        with self._lock:
+            for at, event, match in self.events:
+                if event == name and at >= after:
+                    return at, match
+        return None
+
+
+@dataclass(frozen=True)
+class Config:
+    """How one run measures (from the command line)."""
+
+    edits: int = 50
+    stage_edits: int = 5
+    #: Keep manifests, weir's log and the DNS query log in the work folder.
+    keep: bool = False
+    envoy_log_level: str = "warning"
+    #: Where to write cProfile output for the largest N (diagnosis only: it slows weir down).
+    profile: Path | None = None
+
+
+@dataclass
+class EndToEnd:
+    upstream: str = ""
+    start_s: float = math.nan
+    milestones: dict[str, float] = field(default_factory=dict)
+    translate_ms_at_start: float = math.nan
+    weir_cpu_start_s: float = math.nan
+    #: When the first sampled route answered, and what the last probe that failed got.
+    first_route_s: float = math.nan
+    start_last_miss: str = ""
+    weir_rss_start: float = 0.0
+    envoy_rss_start: float = 0.0
+    weir_rss_end: float = 0.0
+    weir_hwm_end: float = 0.0
+    envoy_rss_end: float = 0.0
+    edits: list[dict[str, Any]] = field(default_factory=list)
+    failed_edits: int = 0
+    #: Why ``weir run`` did not serve every sampled route (then nothing after start was measured).
+    error: str = ""
+    attempts: int = 1
+
+
+def probe_expect(prober: Prober, port: int, path: str, host: str) -> bool:
+    status, body = prober.get(port, path)
+    return status == 200 and body.startswith(host + " ")
+
+
+def weir_command(
+    folder: Path, dns_port: int, admin_port: int, config: Config, profile: Path | None
+) -> list[str]:
+    main = f"import cProfile; cProfile.run('main()', {str(profile)!r})" if profile else "main()"
+    return [
+        sys.executable,
+        "-c",
+        WEIR_MAIN + main,
+        "run",
+        "-f",
+        str(folder),
+        "--dns-resolver",
+        f"127.0.0.1:{dns_port}",
+        "--egress-denied-cidrs",
+        DENIED,
+        "--admin-address",
+        f"127.0.0.1:{admin_port}",
+        "--log-level",
+        "info",
+        "--envoy-log-level",
+        config.envoy_log_level,
+    ]
+
+
+def run_end_to_end(
+    folder: Path,
+    n: int,
+    listener_ports: Sequence[int],
+    upstream_port: int,
+    dns_port: int,
+    config: Config,
+    profile: Path | None,
+) -> EndToEnd:
+    result = EndToEnd()
+    admin_port = free_ports(1)[0]
+    cmd = weir_command(folder, dns_port, admin_port, config, profile)
+    env = {**os.environ, "COLUMNS": "400", "PYTHONUNBUFFERED": "1"}
+    prober = Prober()
+    hz = os.sysconf("SC_CLK_TCK")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
+    log_path = folder.parent / f"weir-{n}.log"
+    logs = LogWatch(proc.stderr, log_path)
+    envoy_pid: int | None = None
+    try:
+        sample = sample_routes(n)
+        pending = {i: (listener_ports[i % LISTENERS], f"/r{i}/v1/probe", backend_host(i)) for i in sample}
+        deadline = t0 + max(120.0, n * 0.05)
+        while pending:
+            if proc.poll() is not None:
+                result.error = (
+                    f"weir exited with {proc.returncode} after {time.perf_counter() - t0:.1f} s: "
+                    + (logs.last_error() or f"see {log_path}")
+                )
+                return result
+            if time.perf_counter() > deadline:
+                result.error = f"routes not served after {deadline - t0:.0f} s: {sorted(pending)[:10]}"
+                return result
+            for i, (port, path, host) in list(pending.items()):
+                status, body = prober.get(port, path)
+                if status != 200 or not body.startswith(host + " "):
+                    result.start_last_miss = f"{status} {body.strip()[:60]!r}"
+                    break  # not served yet: look again shortly
+                if math.isnan(result.first_route_s):
+                    result.first_route_s = time.perf_counter() - t0
+                del pending[i]
+            if pending:
+                time.sleep(0.01)
+        result.start_s = time.perf_counter() - t0
+        result.weir_cpu_start_s = cpu_ticks([proc.pid]) / hz
+        status = json.loads(admin_get(admin_port, "/status"))
+        envoy_pid = status["dataPlane"]["envoyPid"]
+        pids = [proc.pid] + ([envoy_pid] if envoy_pid else [])
+        wait_idle(pids, timeout=120)
+        for name, _ in MILESTONES:
+            seen = logs.first(name, t0)
+            if seen is not None:
+                result.milestones[name] = seen[0] - t0
+                if name == "served":
+                    result.translate_ms_at_start = float(seen[1][2])
+        result.weir_rss_start = rss_mib(proc.pid)[0]
+        result.envoy_rss_start = rss_mib(envoy_pid)[0]
+
+        rng = random.Random(11)
+        edits = config.edits
+        targets = rng.sample(range(n), edits) if edits <= n else [rng.randrange(n) for _ in range(edits)]
+        versions = dict.fromkeys(targets, 1)
+        backends = dict.fromkeys(targets, 0)
+        for k, i in enumerate(targets):
+            kind = "path" if k % 2 == 0 else "backend"
+            if kind == "path":
+                versions[i] += 1
+            else:
+                backends[i] = k + 1
+            port = listener_ports[i % LISTENERS]
+            path, host = f"/r{i}/v{versions[i]}/probe", backend_host(i, backends[i])
+            text = route_yaml(i, upstream_port, version=versions[i], backend=backends[i])
+            cpu_before = cpu_ticks([proc.pid])
+            started = time.perf_counter()
+            write_atomically(route_file(folder, i), text)
+            answered = math.nan
+            limit = started + max(30.0, n * 0.02)
+            while time.perf_counter() < limit:
+                if probe_expect(prober, port, path, host):
+                    answered = time.perf_counter()
+                    break
+                time.sleep(0.002 if time.perf_counter() - started < 0.2 else 0.01)
+            edit: dict[str, Any] = {
+                "route": i,
+                "kind": kind,
+                "latency_ms": (answered - started) * 1000,
+                "weir_cpu_ms": (cpu_ticks([proc.pid]) - cpu_before) / hz * 1000,
+            }
+            loaded, served = logs.first("loaded", started), logs.first("served", started)
+            if loaded is not None:
+                edit["reloaded_ms"] = (loaded[0] - started) * 1000
+            if served is not None:
+                edit["served_ms"] = (served[0] - started) * 1000
+                edit["translate_ms"] = float(served[1][2])
+            if math.isnan(answered):
+                result.failed_edits += 1
+            result.edits.append(edit)
+            wait_idle(pids, timeout=120)
+        result.weir_rss_end, result.weir_hwm_end = rss_mib(proc.pid)
+        result.envoy_rss_end = rss_mib(envoy_pid)[0]
+        return result
+    finally:
+        prober.close()
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        if envoy_pid and pid_alive(envoy_pid):
+            raise RuntimeError(f"Envoy {envoy_pid} outlived weir")
+
+
+def admin_get(port: int, path: str) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().read().decode()
+    finally:
+        conn.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+# ----------------------------------------------------------------------------- one N
+
+
+@dataclass
+class Result:
+    n: int
+    stages: dict[str, Any]
+    e2e: EndToEnd
+
+    def edit_latencies(self, kind: str | None = None) -> list[float]:
+        return [
+            e["latency_ms"]
+            for e in self.e2e.edits
+            if not math.isnan(e["latency_ms"]) and (kind is None or e["kind"] == kind)
+        ]
+
+
+def run_one(n: int, config: Config, workdir: Path, profile: bool) -> Result:
+    procs = Processes()
+    folder = workdir / f"n{n}"
+    try:
+        upstream_name, upstream_port = start_upstream(procs, workdir, free_ports(1)[0])
+        dns_port = start_dns(procs, workdir / f"dns-{n}.log" if config.keep else None)
+        listener_ports = free_ports(LISTENERS)
+        generate(folder, n, listener_ports, upstream_port)
+        stage_profile = weir_profile = None
+        if profile and config.profile is not None:
+            config.profile.mkdir(parents=True, exist_ok=True)
+            stage_profile = config.profile / f"stages-{n}.prof"
+            weir_profile = config.profile / f"weir-run-{n}.prof"
+        print(f"N={n}: stages in process...", file=sys.stderr, flush=True)
+        stages = run_stages(folder, config.stage_edits, stage_profile)
+        print(f"N={n}: weir run, {config.edits} edits...", file=sys.stderr, flush=True)
+        for attempt in range(1, 3):
+            e2e = run_end_to_end(folder, n, listener_ports, upstream_port, dns_port, config, weir_profile)
+            e2e.upstream, e2e.attempts = upstream_name, attempt
+            if not e2e.error:
+                break
+            print(f"N={n}: attempt {attempt} failed: {e2e.error}", file=sys.stderr, flush=True)
+        return Result(n, stages, e2e)
+    finally:
+        procs.stop_all()
+        shutil.rmtree(workdir / "nginx", ignore_errors=True)
+        if not config.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt_s(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def fmt_ms(ms: float) -> str:
+    return "-" if math.isnan(ms) else (f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.2f} s")
+
+
+def growth(results: Sequence[Result], value: Any) -> str:
+    """Exponent k of cost ∝ N^k between the two largest N (1.0 is linear)."""
+    points = [(r.n, value(r)) for r in results if value(r) and not math.isnan(value(r))]
+    if len(points) < 2:
+        return "-"
+    (n1, v1), (n2, v2) = points[-2], points[-1]
+    return f"{math.log(v2 / v1) / math.log(n2 / n1):.2f}"
+
+
+def rows(results: Sequence[Result]) -> list[tuple[str, list[str], str]]:
+    """(metric, one cell per N, growth exponent between the two largest N)."""
+
+    def stage(name: str) -> Any:
+        return lambda r: r.stages[name]
+
+    def edit_stage(name: str) -> Any:
+        return lambda r: r.stages["edit"].get(name, math.nan)
+
+    def milestone(name: str) -> Any:
+        return lambda r: r.e2e.milestones.get(name, math.nan)
+
+    def p(q: float, kind: str | None = None) -> Any:
+        return lambda r: percentile(r.edit_latencies(kind), q) / 1000
+
+    spec: list[tuple[str, Any, str]] = [
+        ("load + validate (in process)", stage("load"), "s"),
+        ("translate (in process)", stage("translate"), "s"),
+        ("xDS build (in process)", stage("build"), "s"),
+        ("snapshot hash (in process)", stage("hash"), "s"),
+        ("ADS serialisation, all types (in process)", stage("serialise"), "s"),
+        ("full GC collection (in process)", stage("gc_full"), "s"),
+        ("one edit, full recompute (in process)", edit_stage("total"), "s"),
+        ("weir run: files loaded", milestone("loaded"), "s"),
+        ("weir run: first snapshot served", milestone("served"), "s"),
+        ("weir run: Envoy ready", milestone("envoy_ready"), "s"),
+        ("weir run: Programmed", milestone("programmed"), "s"),
+        ("weir run: first sampled route served", lambda r: r.e2e.first_route_s, "s"),
+        ("**start → every sampled route served**", lambda r: r.e2e.start_s, "s"),
+        ("weir CPU time until then", lambda r: r.e2e.weir_cpu_start_s, "s"),
+        ("**edit → served, p50**", p(50), "s"),
+        ("**edit → served, p99**", p(99), "s"),
+        ("edit → served, p50, path edits", p(50, "path"), "s"),
+        ("edit → served, p50, backend edits", p(50, "backend"), "s"),
+        ("weir RSS after start", lambda r: r.e2e.weir_rss_start, "MiB"),
+        ("**weir RSS after edits**", lambda r: r.e2e.weir_rss_end, "MiB"),
+        ("weir peak RSS (VmHWM)", lambda r: r.e2e.weir_hwm_end, "MiB"),
+        ("Envoy RSS after start", lambda r: r.e2e.envoy_rss_start, "MiB"),
+        ("Envoy RSS after edits", lambda r: r.e2e.envoy_rss_end, "MiB"),
+    ]
+    out = []
+    for label, value, unit in spec:
+        cells = []
+        for r in results:
+            v = value(r)
+            if unit == "MiB":
+                cells.append(f"{v:.0f} MiB" if v else "-")
+            else:
+                cells.append(fmt_s(v))
+        out.append((label, cells, growth(results, value)))
+    return out
+
+
+def table(results: Sequence[Result]) -> str:
+    head = "| | " + " | ".join(f"N = {r.n:,}" for r in results) + " | growth k |"
+    sep = "|---|" + "---:|" * len(results) + "---:|"
+    lines = [head, sep]
+    lines += [f"| {label} | " + " | ".join(cells) + f" | {k} |" for label, cells, k in rows(results)]
+    return "\n".join(lines)
+
+
+def targets(results: Sequence[Result]) -> str:
+    big = max(results, key=lambda r: r.n)
+    p99 = percentile(big.edit_latencies(), 99)
+    lines = [
+        f"| target at N = {big.n:,} | goal | measured | gap |",
+        "|---|---:|---:|---:|",
+        f"| start → serving every route | ≤ 3 s | {fmt_s(big.e2e.start_s)} | {big.e2e.start_s / 3:.1f}x |",
+        f"| single-route edit served, p99 | ≤ 100 ms | {fmt_ms(p99)} | {p99 / 100:.1f}x |",
+        f"| control-plane RSS | ≤ 250 MiB | {big.e2e.weir_rss_end:.0f} MiB | "
+        f"{big.e2e.weir_rss_end / 250:.1f}x |",
+    ]
+    return "\n".join(lines)
+
+
+def edit_breakdown(results: Sequence[Result]) -> str:
+    lines = [
+        "| N | files reloaded (p50) | weir compute, logged (p50) | snapshot handed to ADS (p50) "
+        "| served through Envoy (p50) | failed |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+
+        def med(key: str, r: Result = r) -> float:
+            values = [e[key] for e in r.e2e.edits if key in e and not math.isnan(e[key])]
+            return statistics.median(values) if values else math.nan
+
+        lines.append(
+            f"| {r.n:,} | {fmt_ms(med('reloaded_ms'))} | {fmt_ms(med('translate_ms'))} | "
+            f"{fmt_ms(med('served_ms'))} | {fmt_ms(med('latency_ms'))} | {r.e2e.failed_edits} |"
+        )
+    return "\n".join(lines)
+
+
+def in_process_edit(results: Sequence[Result]) -> str:
+    names = ("reload", "translate", "build", "hash", "compare", "serialise", "total")
+    lines = ["| N | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    for r in results:
+        lines.append(f"| {r.n:,} | " + " | ".join(fmt_s(r.stages["edit"][k]) for k in names) + " |")
+    return "\n".join(lines)
+
+
+def report(results: Sequence[Result], edits: int) -> str:
+    r0 = results[0]
+    return f"""\
+Measured by `python bench/controlplane.py --n {" ".join(str(r.n) for r in results)} --edits {edits}`
+({time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, upstream:
+{r0.e2e.upstream}). Workload: one Gateway with {LISTENERS} HTTP listeners; N HTTPRoutes, each in its
+own file with its own XBackend (plaintext, an external hostname resolved by a DNS responder on
+loopback, the egress guard on every cluster); route `i` attaches to listener `i % {LISTENERS}`.
+Edits alternate a new path on the route and a new hostname on its XBackend, each written to the
+route's file; latency runs from the file's rename to the first answer from the new behaviour
+through Envoy (polled every 2 ms, then 10 ms after 200 ms). "growth k" is the exponent of
+cost ∝ N^k between the two largest N: 1.0 is linear.
+
+{table(results)}
+
+Against the targets:
+
+{targets(results)}
+
+Where an edit's time goes in `weir run` (medians; times from the file's rename to the
+moment weir logged it):
+
+{edit_breakdown(results)}
+
+One edit recomputed in process the way the controller does it today (medians):
+
+{in_process_edit(results)}
+
+{failures(results)}![time and memory vs N](img/controlplane.png)
+"""
+
+
+def failures(results: Sequence[Result]) -> str:
+    notes = [
+        f"- N = {r.n:,}: {'failed' if r.e2e.error else 'succeeded'} on attempt {r.e2e.attempts}"
+        + (f": {r.e2e.error}" if r.e2e.error else " (earlier attempts failed to start)")
+        for r in results
+        if r.e2e.error or r.e2e.attempts > 1
+    ]
+    text = ("`weir run` start failures:\n\n" + "\n".join(notes) + "\n\n") if notes else ""
+    misses = [f"N = {r.n:,}: `{r.e2e.start_last_miss}`" for r in results if r.e2e.start_last_miss]
+    if misses:
+        text += "Last failed probe before every sampled route answered: " + "; ".join(misses) + ".\n\n"
+    return text
+
+
+def plot(results: Sequence[Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r.n for r in results]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    series = {
+        "load + validate": [r.stages["load"] for r in results],
+        "translate": [r.stages["translate"] for r in results],
+        "xDS build": [r.stages["build"] for r in results],
+        "start → all served": [r.e2e.start_s for r in results],
+        "edit → served p50": [percentile(r.edit_latencies(), 50) / 1000 for r in results],
+        "edit → served p99": [percentile(r.edit_latencies(), 99) / 1000 for r in results],
+    }
+    for label, values in series.items():
+        left.plot(ns, values, marker="o", label=label)
+    anchor = results[-1].stages["load"]
+    ref = [anchor * n / ns[-1] for n in ns]
+    left.plot(ns, ref, linestyle=":", color="grey", label="∝ N (linear), through load at the largest N")
+    left.axhline(3, color="red", linestyle="--", linewidth=0.8, label="start target 3 s")
+    left.axhline(0.1, color="darkred", linestyle="--", linewidth=0.8, label="edit target 100 ms")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("HTTPRoutes (each with its own XBackend)")
+    left.set_ylabel("seconds")
+    left.set_title("Control-plane time vs N")
+    left.legend(fontsize=7)
+    right.plot(ns, [r.e2e.weir_rss_end for r in results], marker="o", label="weir RSS")
+    right.plot(ns, [r.e2e.weir_hwm_end for r in results], marker="o", label="weir peak RSS")
+    right.plot(ns, [r.e2e.envoy_rss_end for r in results], marker="o", label="Envoy RSS")
+    right.axhline(250, color="red", linestyle="--", linewidth=0.8, label="weir target 250 MiB")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("HTTPRoutes")
+    right.set_ylabel("MiB")
+    right.set_title("Memory vs N (after the edits)")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_section(doc: Path, body: str) -> None:
+    """Replace the "Control plane" section of ``doc`` (create the file if needed), nothing else."""
+    if doc.exists():
+        text = doc.read_text()
+    else:
+        text = "# Performance\n\n## Data path\n\nSee `bench/dataplane.py`.\n\n"
+    section = f"{SECTION}\n\n{body.rstrip()}\n"
+    start = text.find(SECTION + "\n")
+    if start < 0:
+        text = text.rstrip() + "\n\n" + section
+    else:
+        following = re.search(r"^## ", text[start + len(SECTION) :], flags=re.MULTILINE)
+        end = start + len(SECTION) + following.start() if following else len(text)
+        text = text[:start] + section + ("\n" + text[end:] if following else "")
+    doc.write_text(text)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["_dns"]:
+        serve_dns(args[1] if len(args) > 1 else None)
+        return 0
+    if args[:1] == ["_upstream"]:
+        serve_recording_upstream()
+        return 0
+    if args[:1] == ["_stages"]:
+        sub = argparse.ArgumentParser()
+        sub.add_argument("folder", type=Path)
+        sub.add_argument("--edits", type=int, default=5)
+        sub.add_argument("--profile", type=Path)
+        opts = sub.parse_args(args[1:])
+        if opts.profile is not None:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            data = profiler.runcall(measure_stages, opts.folder, opts.edits)
+            profiler.dump_stats(opts.profile)
+        else:
+            data = measure_stages(opts.folder, opts.edits)
+        print(json.dumps(data))
+        return 0
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", nargs="?", choices=("run", "smoke"), default="run")
+    parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10000], help="route counts")
+    parser.add_argument("--edits", type=int, default=50, help="single-route edits through weir run")
+    parser.add_argument("--stage-edits", type=int, default=5, help="edits recomputed in process")
+    parser.add_argument("--no-write", action="store_true", help="do not update docs/")
+    parser.add_argument("--json", type=Path, help="also write raw results here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="cProfile the stages and weir run of the largest N into DIR (slows weir: diagnosis only)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep manifests, weir's logs and DNS queries")
+    parser.add_argument("--envoy-log-level", default="warning", help="passed to weir run")
+    opts = parser.parse_args(args)
+    if opts.mode == "smoke":
+        opts.n, opts.edits, opts.stage_edits, opts.no_write = [100], 5, 2, True
+    if opts.profile is not None:
+        opts.no_write = True  # profiled numbers are not the ones to record
+    config = Config(
+        edits=opts.edits,
+        stage_edits=opts.stage_edits,
+        keep=opts.keep,
+        envoy_log_level=opts.envoy_log_level,
+        profile=opts.profile,
+    )
+
+    workdir = Path(tempfile.mkdtemp(prefix="weir-bench-cp-"))
+    results: list[Result] = []
+    load_before = os.getloadavg()[0]
+    try:
+        for n in sorted(opts.n):
+            results.append(run_one(n, config, workdir, profile=n == max(opts.n)))
+    finally:
+        if opts.keep:
+            print(f"kept {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after", file=sys.stderr)
+    body = report(results, opts.edits)
+    print(body)
+    if opts.json is not None:
+        raw = [{**asdict(r.e2e), "n": r.n, "stages": r.stages} for r in results]
+        opts.json.write_text(json.dumps(raw, indent=1))
+    if not opts.no_write:
+        write_section(REPO / "docs" / "performance.md", body)
+        plot(results, REPO / "docs" / "img" / "controlplane.png")
+        print("wrote docs/performance.md (Control plane) and docs/img/controlplane.png", file=sys.stderr)
+    failed = sum(r.e2e.failed_edits for r in results)
+    if failed:
+        print(f"{failed} edit(s) were not served in time", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
