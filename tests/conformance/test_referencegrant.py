@@ -164,7 +164,6 @@ CASES = [
         ROUTE_TO_WEB_BACKEND + GRANT_TO_WEB_BACKEND.format(version="v1"),
         statuses=(RouteStatus("reference-grant", RESOLVED),),
         exchanges=(ok("", "/", "web-backend", WEB_NS),),
-        pending="ReferenceGrant gateway.networking.k8s.io/v1 (weir reads v1beta1 only)",
     ),
     Case(
         "HTTPRouteReferenceGrantRevoked",

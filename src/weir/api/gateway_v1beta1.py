@@ -8,7 +8,9 @@ from pydantic import Field
 
 from weir.api.meta import Group, Kind, KubeObject, Model, Namespace, ObjectName
 
+#: ReferenceGrant is served as v1 since Gateway API v1.5 and still as v1beta1; the schema is the same.
 API_VERSION = "gateway.networking.k8s.io/v1beta1"
+API_VERSION_V1 = "gateway.networking.k8s.io/v1"
 
 
 class ReferenceGrantFrom(Model):
@@ -32,6 +34,7 @@ class ReferenceGrant(KubeObject):
     """Lets objects in ``from`` namespaces refer to ``to`` objects in this grant's namespace."""
 
     API_VERSION: ClassVar[str] = API_VERSION
+    ALSO_SERVED: ClassVar[tuple[str, ...]] = (API_VERSION_V1,)
     KIND: ClassVar[str] = "ReferenceGrant"
 
     spec: ReferenceGrantSpec

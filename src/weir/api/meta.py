@@ -128,6 +128,9 @@ class KubeObject(Model):
     """
 
     API_VERSION: ClassVar[str] = ""
+    #: Other apiVersions of the same schema that weir also reads (the API
+    #: server serves one stored object under each of them).
+    ALSO_SERVED: ClassVar[tuple[str, ...]] = ()
     KIND: ClassVar[str] = ""
     NAMESPACED: ClassVar[bool] = True
 

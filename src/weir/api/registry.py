@@ -35,7 +35,9 @@ MODELS: tuple[type[KubeObject], ...] = (
     gateway_v1_grpcroute.GRPCRoute,
 )
 
-_BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {(m.API_VERSION, m.KIND): m for m in MODELS}
+_BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {
+    (version, m.KIND): m for m in MODELS for version in (m.API_VERSION, *m.ALSO_SERVED)
+}
 _KINDS: dict[str, type[KubeObject]] = {m.KIND: m for m in MODELS}
 
 
