@@ -1,0 +1,396 @@
+"""Clusters: IR upstreams → Envoy ``Cluster`` resources (part of :mod:`weir.xds.build`).
+
+:func:`upstream_cluster` gives an upstream's cluster: how its endpoints are
+found (static addresses, or the DNS cluster extension with its c-ares
+resolver settings), the HTTP version spoken to them, the upstream HTTP
+filters that run once a host is chosen and before any connection (the egress
+guard, removal of internal headers on the way to an external hostname), and
+TLS origination that always verifies the chain and a subject alt name.
+:func:`tcp_egress_cluster` is the cluster leading to the internal listener
+:data:`~weir.xds.common.TCP_EGRESS`.
+
+Upstreams reaching here passed the contract checks of
+:func:`weir.xds.build.build` (TLS has a trust source and names to verify).
+Pure functions; the few messages every external upstream shares are packed
+once and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
+from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
+from envoy.config.core.v3 import address_pb2, extension_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.config.rbac.v3 import rbac_pb2
+from envoy.extensions.clusters.common.dns.v3 import dns_pb2
+from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
+from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
+from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
+from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_matcher_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+from envoy.type.matcher.v3 import string_pb2
+from google.protobuf import wrappers_pb2
+
+from weir import ir
+from weir.xds.common import (
+    EGRESS_POLICY_PREFIX,
+    HTTP_PROTOCOL_OPTIONS,
+    TCP_EGRESS,
+    duration_ms,
+    guarded,
+    pack,
+    socket_address,
+)
+from weir.xds.secrets import sds
+
+#: Request headers an external upstream's cluster removes, last thing before
+#: the request is encoded, whoever set them (client, connection manager or
+#: router): every name with one of these prefixes, and ``forwarded``
+#: (RFC 7239, the standard spelling of ``x-forwarded-*``) and ``x-request-id``.
+EXTERNAL_HEADER_PREFIXES_TO_REMOVE = ("x-envoy-", "x-forwarded-")
+
+
+EXTERNAL_HEADERS_TO_REMOVE = ("forwarded", "x-request-id")
+
+
+_TLS_VERSIONS = {"1.2": common_pb2.TlsParameters.TLSv1_2, "1.3": common_pb2.TlsParameters.TLSv1_3}
+
+
+_SAN_TYPES = {
+    "DNS": common_pb2.SubjectAltNameMatcher.DNS,
+    "URI": common_pb2.SubjectAltNameMatcher.URI,
+}
+
+
+# --------------------------------------------------------------------------
+# Clusters and endpoints
+# --------------------------------------------------------------------------
+
+
+def upstream_cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
+    out = cluster_pb2.Cluster(
+        name=upstream.name,
+        connect_timeout=duration_ms(upstream.connect_timeout_ms),
+    )
+    destination = upstream.destination
+    if isinstance(destination, ir.StaticEndpoints):
+        out.type = cluster_pb2.Cluster.STATIC
+        endpoints = sorted(destination.endpoints, key=lambda e: (e.address, e.port))
+        out.load_assignment.CopyFrom(
+            _load_assignment(upstream.name, [(e.address, e.port) for e in endpoints])
+        )
+    else:
+        # The DNS cluster extension, not the deprecated ``type: STRICT_DNS``.
+        out.cluster_type.name = "envoy.cluster.dns"
+        out.cluster_type.typed_config.CopyFrom(_packed_dns_cluster(destination.dns or dns))
+        out.load_assignment.CopyFrom(
+            _load_assignment(upstream.name, [(destination.hostname, destination.port)])
+        )
+    if upstream.protocol is not ir.UpstreamProtocol.TCP:
+        options = _http_protocol_options(upstream)
+        # The egress guard lives here, with the HTTP options.
+        options.http_filters.extend(_upstream_filters(upstream))
+        out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
+    elif guarded(upstream):
+        # A TCP cluster speaks no HTTP, but its guard is an HTTP filter: TCP
+        # listeners reach a guarded TCP cluster through TCP_EGRESS, whose router
+        # runs these filters before it opens the plain TCP connection (see
+        # weir.xds.listeners.tcp_listener). The HTTP version is required by the message and unused.
+        options = http_protocol_options_pb2.HttpProtocolOptions()
+        options.explicit_http_config.http_protocol_options.SetInParent()
+        options.http_filters.extend(_upstream_filters(upstream))
+        out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
+    if upstream.tls is not None:
+        out.transport_socket.name = "envoy.transport_sockets.tls"
+        out.transport_socket.typed_config.CopyFrom(pack(_upstream_tls(upstream.tls)))
+    return out
+
+
+def _load_assignment(cluster: str, addresses: Iterable[tuple[str, int]]) -> Any:
+    """One locality with the given endpoints; empty is valid (every request gets 503)."""
+    lb_endpoints = [
+        endpoint_components_pb2.LbEndpoint(
+            endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port))
+        )
+        for host, port in addresses
+    ]
+    assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name=cluster)
+    if lb_endpoints:
+        assignment.endpoints.add(lb_endpoints=lb_endpoints)
+    return assignment
+
+
+def _http_protocol_options(upstream: ir.Upstream) -> Any:
+    """The HTTP version spoken to the upstream.
+
+    HTTP2 over TLS offers ALPN ``h2`` by itself; in plaintext it is prior
+    knowledge (h2c). AUTO lets ALPN choose: Envoy offers ``h2,http/1.1`` on
+    its own, so ``alpn_protocols`` stays empty (setting it on an HTTP/1
+    cluster let servers pick h2 while Envoy spoke HTTP/1.1). AUTO needs an
+    ALPN-capable transport; without TLS it falls back to HTTP/1.1, which is
+    what the IR says translation does for plaintext anyway.
+    """
+    options = http_protocol_options_pb2.HttpProtocolOptions()
+    protocol = upstream.protocol
+    if protocol is ir.UpstreamProtocol.AUTO and upstream.tls is None:
+        protocol = ir.UpstreamProtocol.HTTP1
+    if protocol is ir.UpstreamProtocol.HTTP2:
+        options.explicit_http_config.http2_protocol_options.SetInParent()
+    elif protocol is ir.UpstreamProtocol.AUTO:
+        options.auto_config.http_protocol_options.SetInParent()
+        options.auto_config.http2_protocol_options.SetInParent()
+    else:
+        options.explicit_http_config.http_protocol_options.SetInParent()
+    return options
+
+
+# --------------------------------------------------------------------------
+# Upstream filters: egress guard, internal headers
+# --------------------------------------------------------------------------
+
+
+def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
+    """HTTP filters of the cluster: they run once a host is chosen for a request, before any connection.
+
+    An external hostname gets the egress guard (when it denies something) and
+    the removal of internal headers (not a ``TCP`` one: no headers reach it,
+    the filters only see the ``CONNECT`` that :data:`TCP_EGRESS` terminates);
+    the codec ends a non-empty chain. Other upstreams keep Envoy's default
+    chain (the codec alone).
+    """
+    filters = []
+    guard = upstream.egress_guard
+    if guard is not None and guard.denied_networks:
+        filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_packed_guard(guard)))
+    http = upstream.protocol is not ir.UpstreamProtocol.TCP  # no headers ever reach a TCP upstream
+    if http and (upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName)):
+        strip = _packed_strip_internal_headers()
+        filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))
+    if filters:
+        codec = upstream_codec_pb2.UpstreamCodec()
+        filters.append(hcm_pb2.HttpFilter(name="envoy.filters.http.upstream_codec", typed_config=pack(codec)))
+    return filters
+
+
+# Every external upstream carries the same few filter and DNS configurations: build
+# and pack each once (callers copy the Any into their own message, never change it).
+@functools.lru_cache(maxsize=64)
+def _packed_guard(guard: ir.EgressGuard) -> Any:
+    return pack(_egress_guard(guard))
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_strip_internal_headers() -> Any:
+    return pack(_strip_internal_headers())
+
+
+@functools.lru_cache(maxsize=64)
+def _packed_dns_cluster(dns: ir.DnsSettings) -> Any:
+    return pack(_dns_cluster(dns))
+
+
+def _egress_guard(guard: ir.EgressGuard) -> Any:
+    """An RBAC filter denying requests whose chosen upstream address is in a denied network.
+
+    One DENY policy per network, named after it (the name shows in the
+    response code details). The ``upstream_ip_port`` matcher compares
+    addresses as written, and ``::ffff:10.0.0.1`` is not inside ``10.0.0.0/8``
+    although connecting to it reaches ``10.0.0.1``; each IPv4 network is
+    therefore also denied in its IPv4-mapped IPv6 form (``::ffff:10.0.0.0/104``).
+    The same matcher in the listener's RBAC filter would fail open (no
+    upstream address is known there yet); on the cluster it works.
+    """
+    policies = {}
+    for cidr in guard.denied_networks:
+        net = ipaddress.ip_network(cidr)
+        ranges = [(str(net.network_address), net.prefixlen)]
+        if isinstance(net, ipaddress.IPv4Network):
+            ranges.append((f"::ffff:{net.network_address}", 96 + net.prefixlen))
+        policies[EGRESS_POLICY_PREFIX + str(net)] = rbac_pb2.Policy(
+            permissions=[_upstream_ip(address, length) for address, length in ranges],
+            principals=[rbac_pb2.Principal(any=True)],
+        )
+    rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies=policies)
+    return rbac_filter_pb2.RBAC(rules=rules)
+
+
+def _upstream_ip(address: str, prefix_len: int) -> Any:
+    matcher = upstream_ip_port_matcher_pb2.UpstreamIpPortMatcher(
+        upstream_ip=address_pb2.CidrRange(
+            address_prefix=address, prefix_len=wrappers_pb2.UInt32Value(value=prefix_len)
+        )
+    )
+    return rbac_pb2.Permission(
+        matcher=extension_pb2.TypedExtensionConfig(
+            name="envoy.rbac.matchers.upstream_ip_port", typed_config=pack(matcher)
+        )
+    )
+
+
+def _strip_internal_headers() -> Any:
+    """A header mutation removing :data:`EXTERNAL_HEADER_PREFIXES_TO_REMOVE` and friends.
+
+    As a cluster filter it runs after the router, so it also catches headers
+    the router adds, and it can match by prefix, which route-level removal
+    cannot.
+    """
+    mutations = [
+        mutation_rules_pb2.HeaderMutation(
+            remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
+                key_matcher=string_pb2.StringMatcher(prefix=prefix, ignore_case=True)
+            )
+        )
+        for prefix in EXTERNAL_HEADER_PREFIXES_TO_REMOVE
+    ]
+    mutations.extend(mutation_rules_pb2.HeaderMutation(remove=name) for name in EXTERNAL_HEADERS_TO_REMOVE)
+    return header_mutation_pb2.HeaderMutation(
+        mutations=header_mutation_pb2.Mutations(request_mutations=mutations)
+    )
+
+
+# --------------------------------------------------------------------------
+# DNS
+# --------------------------------------------------------------------------
+
+
+def _dns_cluster(dns: ir.DnsSettings) -> Any:
+    """How a DNS upstream resolves and re-resolves its hostname.
+
+    V4_PREFERRED: use IPv6 only when a name has no IPv4 address, because many
+    hosts have no IPv6 route. ``respect_dns_ttl`` follows the record's TTL so
+    that a moved service is followed as fast as its owner intends.
+    """
+    return dns_cluster_pb2.DnsCluster(
+        dns_lookup_family=dns_pb2.V4_PREFERRED,
+        respect_dns_ttl=True,
+        typed_dns_resolver_config=_dns_resolver(dns),
+    )
+
+
+def _dns_resolver(dns: ir.DnsSettings) -> Any:
+    """The c-ares resolver, bounded by ``lookup_timeout_ms``.
+
+    With c-ares defaults a silent DNS server holds a cluster warming (and with
+    it Envoy's CDS ACK) for about 50 s. One try with a timeout of the whole
+    seconds within the bound (c-ares counts in seconds, at least 1) caps it.
+    It is set with and without custom resolvers, since the system's resolver
+    can be silent too. Custom resolvers replace the system's
+    (``use_resolvers_as_fallback: false``). This host's search domains are
+    never appended, system resolver included: an external hostname is fully
+    qualified, and in a Kubernetes pod (``ndots:5``) ``openai.com`` would
+    first be tried as ``openai.com.svc.cluster.local``, the Service
+    ``openai`` of a namespace ``com``.
+    """
+    config = cares_dns_resolver_pb2.CaresDnsResolverConfig(
+        query_timeout_seconds=wrappers_pb2.UInt64Value(value=max(1, dns.lookup_timeout_ms // 1000)),
+        query_tries=wrappers_pb2.UInt32Value(value=1),
+    )
+    config.dns_resolver_options.no_default_search_domain = True
+    if dns.resolvers:
+        config.resolvers.extend(socket_address(host, port) for host, port in dns.resolvers)
+        config.use_resolvers_as_fallback = False
+    return extension_pb2.TypedExtensionConfig(
+        name="envoy.network.dns_resolver.cares", typed_config=pack(config)
+    )
+
+
+# --------------------------------------------------------------------------
+# Upstream TLS
+# --------------------------------------------------------------------------
+
+
+def _upstream_tls(tls: ir.UpstreamTLS) -> Any:
+    """TLS origination that always verifies the chain and a SAN.
+
+    Envoy does not compare SNI with the certificate, so the SAN matchers are
+    what protects the name. A trusted CA comes over SDS, merged with the SAN
+    matchers through a combined validation context. Translation names
+    secrets by content, so a rotated CA or client certificate is a new secret
+    and a changed cluster: Envoy replaces the cluster and drains connections
+    made with the old material.
+    """
+    common = tls_pb2.CommonTlsContext(
+        tls_params=common_pb2.TlsParameters(
+            tls_minimum_protocol_version=_TLS_VERSIONS[tls.min_version],
+            # Envoy's upstream default maximum is TLS 1.2.
+            tls_maximum_protocol_version=_TLS_VERSIONS[tls.max_version],
+        )
+    )
+    sans = [_san_matcher(san) for san in sorted(tls.subject_alt_names, key=_san_key)]
+    if tls.trusted_ca is not None:
+        combined = common.combined_validation_context
+        combined.default_validation_context.match_typed_subject_alt_names.extend(sans)
+        combined.validation_context_sds_secret_config.CopyFrom(sds(tls.trusted_ca))
+    else:
+        common.validation_context.trusted_ca.filename = tls.system_trust_file
+        common.validation_context.match_typed_subject_alt_names.extend(sans)
+    if tls.client_certificate is not None:
+        common.tls_certificate_sds_secret_configs.append(sds(tls.client_certificate))
+    return tls_pb2.UpstreamTlsContext(sni=tls.sni, common_tls_context=common)
+
+
+def _san_key(san: ir.SubjectAltName) -> tuple[str, str]:
+    return (san.kind, san.value)
+
+
+def _san_matcher(san: ir.SubjectAltName) -> Any:
+    """A certificate SAN condition.
+
+    For DNS SANs with an ``exact`` matcher Envoy applies DNS semantics: case
+    is ignored and a wildcard in the *certificate* (``*.example.com``) covers
+    one label. A wildcard in the *expected* name is not understood by that
+    matcher (it would only match the literal ``*.example.com``), so
+    ``*.example.com`` becomes the regex ``(?i)^[^.]+\\.example\\.com$``: any
+    single left-most label, including a certificate's own ``*``, per RFC 6125.
+    A ``suffix`` matcher would wrongly accept deeper names (``a.b.example.com``).
+    """
+    matcher = string_pb2.StringMatcher()
+    if san.kind == "DNS" and san.value.startswith("*."):
+        pattern = "(?i)^[^.]+" + re.escape(san.value[1:]) + "$"
+        # No engine named: ``google_re2`` is deprecated and RE2 is the default.
+        matcher.safe_regex.regex = pattern
+    else:
+        matcher.exact = san.value
+    return common_pb2.SubjectAltNameMatcher(san_type=_SAN_TYPES[san.kind], matcher=matcher)
+
+
+# --------------------------------------------------------------------------
+# The TCP egress tunnel
+# --------------------------------------------------------------------------
+
+
+def tcp_egress_cluster() -> Any:
+    """The cluster leading to the internal listener :data:`TCP_EGRESS`, over HTTP/2.
+
+    Every tunneled connection is one stream of it, whatever its listener, so
+    its circuit breakers are lifted: the real clusters' own limits apply, as
+    for TCP listeners that are not tunneled.
+    """
+    out = cluster_pb2.Cluster(name=TCP_EGRESS, connect_timeout=duration_ms(1000))
+    out.type = cluster_pb2.Cluster.STATIC
+    endpoint = endpoint_components_pb2.LbEndpoint()
+    endpoint.endpoint.address.envoy_internal_address.server_listener_name = TCP_EGRESS
+    out.load_assignment.cluster_name = TCP_EGRESS
+    out.load_assignment.endpoints.add(lb_endpoints=[endpoint])
+    limit = wrappers_pb2.UInt32Value(value=1_000_000_000)
+    out.circuit_breakers.thresholds.append(
+        circuit_breaker_pb2.CircuitBreakers.Thresholds(
+            max_connections=limit, max_pending_requests=limit, max_requests=limit
+        )
+    )
+    options = http_protocol_options_pb2.HttpProtocolOptions()
+    options.explicit_http_config.http2_protocol_options.SetInParent()
+    out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
+    return out

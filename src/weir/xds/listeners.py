@@ -1,0 +1,403 @@
+"""Listeners: IR listeners → Envoy ``Listener`` resources (part of :mod:`weir.xds.build`).
+
+- HTTP listeners (:func:`http_listener`): one HTTP connection manager whose
+  routes come over RDS under the listener's name, with its HTTP filters
+  (CORS, router), JSON access log, local replies (the egress guard's 403
+  body) and path normalisation.
+- TCP listeners (:func:`tcp_listener`): a TCP proxy to the backends'
+  clusters, or, when an upstream is guarded, a tunnel through the internal
+  listener :data:`~weir.xds.common.TCP_EGRESS` (:func:`tcp_egress_listener`).
+- TLS listeners (:func:`tls_listener`): a TLS inspector, and one filter
+  chain per HTTPS server (TLS termination and a connection manager whose
+  routes are named after the server) and per TLS relay (a TCP proxy, behind
+  TLS termination when the relay has certificates).
+
+Callers pass upstreams already resolved and checked against the IR contract
+(:func:`weir.xds.build.build` does); these functions only shape messages and
+are pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.config.core.v3 import base_pb2
+from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from envoy.extensions.access_loggers.stream.v3 import stream_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
+from google.protobuf import struct_pb2, wrappers_pb2
+
+from weir import ir
+from weir.xds.common import (
+    CORS_FILTER,
+    EGRESS_POLICY_PREFIX,
+    TCP_EGRESS,
+    ads,
+    cluster_name,
+    duration_ms,
+    pack,
+    socket_address,
+    tunnel_authority,
+)
+from weir.xds.secrets import sds
+
+#: JSON access log fields; the ones that explain a failure are included
+#: (flags, details, upstream host and transport failure reason). Each one is a
+#: single format command, so Envoy emits numbers as JSON numbers.
+ACCESS_LOG_FORMAT = {
+    "start_time": "%START_TIME%",
+    "method": "%REQ(:METHOD)%",
+    "authority": "%REQ(:AUTHORITY)%",
+    "path": "%REQ(:PATH)%",
+    "protocol": "%PROTOCOL%",
+    "response_code": "%RESPONSE_CODE%",
+    "response_flags": "%RESPONSE_FLAGS%",
+    "response_code_details": "%RESPONSE_CODE_DETAILS%",
+    "route_name": "%ROUTE_NAME%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "upstream_protocol": "%UPSTREAM_PROTOCOL%",
+    "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
+    "duration_ms": "%DURATION%",
+    "bytes_received": "%BYTES_RECEIVED%",
+    "bytes_sent": "%BYTES_SENT%",
+    "downstream_remote_address": "%DOWNSTREAM_REMOTE_ADDRESS%",
+}
+
+
+#: JSON access log fields of TCP listeners (one line per connection, when it
+#: ends). For a listener relayed through :data:`TCP_EGRESS`, ``upstream_cluster``
+#: is that internal cluster; the internal listener's own line (HTTP fields,
+#: method ``CONNECT``, authority the TCP listener's name) names the real
+#: upstream, its address, and the guard's refusal in ``response_code_details``.
+TCP_ACCESS_LOG_FORMAT = {
+    "start_time": "%START_TIME%",
+    "listener": "%DOWNSTREAM_LOCAL_ADDRESS%",
+    "response_flags": "%RESPONSE_FLAGS%",
+    "connection_termination_details": "%CONNECTION_TERMINATION_DETAILS%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "upstream_transport_failure_reason": "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
+    "duration_ms": "%DURATION%",
+    "bytes_received": "%BYTES_RECEIVED%",
+    "bytes_sent": "%BYTES_SENT%",
+    "downstream_remote_address": "%DOWNSTREAM_REMOTE_ADDRESS%",
+}
+
+
+#: JSON access log fields of TLS relays: those of TCP listeners, and the client's server name.
+TLS_RELAY_ACCESS_LOG_FORMAT = {**TCP_ACCESS_LOG_FORMAT, "server_name": "%REQUESTED_SERVER_NAME%"}
+
+
+#: The protocols an HTTPS server offers in ALPN, preferred first.
+HTTPS_ALPN = ("h2", "http/1.1")
+
+
+#: The body of the 403 a client gets when the guard refuses a request.
+EGRESS_DENIED_BODY = (
+    "weir egress guard: %UPSTREAM_CLUSTER% resolved to %UPSTREAM_HOST%, which is in a denied "
+    "network; no connection was made (%RESPONSE_CODE_DETAILS%)\n"
+)
+
+
+# --------------------------------------------------------------------------
+# HTTP listeners
+# --------------------------------------------------------------------------
+
+
+def http_listener(listener: ir.Listener) -> Any:
+    """One plain-HTTP listener whose single filter chain is an HTTP connection manager."""
+    return listener_pb2.Listener(
+        name=listener.name,
+        address=socket_address(listener.address, listener.port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[_http_connection_manager(listener.name, route_config_name=listener.name)]
+            )
+        ],
+    )
+
+
+def _http_connection_manager(listener_name: str, *, route_config_name: str) -> Any:
+    """The HTTP connection manager filter of an HTTP listener, or of an HTTPS server of a TLS listener.
+
+    Its routes come over RDS (``route_config_name``). Over TLS, ALPN decides
+    between HTTP/2 and HTTP/1.1 (the codec follows it).
+    """
+    hcm = hcm_pb2.HttpConnectionManager(
+        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
+        stat_prefix=listener_name.replace(":", "_"),
+        # AUTO: HTTP/1.1 and prior-knowledge HTTP/2 (h2c) clients alike.
+        codec_type=hcm_pb2.HttpConnectionManager.AUTO,
+        rds=hcm_pb2.Rds(config_source=ads(), route_config_name=route_config_name),
+        http_filters=[
+            # Inert unless a route carries a CORS policy (weir.xds.routes); always present, so
+            # that adding the first CORS policy changes routes, not the listener.
+            hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
+            hcm_pb2.HttpFilter(
+                name="envoy.filters.http.router",
+                # No x-envoy-* headers on requests leaving, nor on responses.
+                typed_config=pack(router_pb2.Router(suppress_envoy_headers=True)),
+            ),
+        ],
+        access_log=[_access_log()],
+        # The listener faces clients directly: trust the peer address, not a
+        # client-supplied x-forwarded-for, for x-forwarded-for and "internal".
+        use_remote_address=wrappers_pb2.BoolValue(value=True),
+        # Request ids would be one more header leaking to external APIs.
+        generate_request_id=wrappers_pb2.BoolValue(value=False),
+        # Match routes on the path the upstream will interpret: RFC 3986
+        # normalisation (``/a/../b`` → ``/b``), ``//`` merged, and encoded
+        # slashes (``%2F``, ``%5C``) unescaped with a redirect so the client
+        # sees the real path. Without these, ``/public/..%2Fadmin`` could
+        # match a ``/public`` rule and reach ``/admin`` upstream.
+        normalize_path=wrappers_pb2.BoolValue(value=True),
+        merge_slashes=True,
+        path_with_escaped_slashes_action=hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT,
+        # Virtual host domains carry no port; ``Host: a.example:8080`` must match ``a.example``.
+        strip_any_host_port=True,
+        local_reply_config=_local_replies(),
+        # Declared here, off: Envoy passes an upgrade on only if the connection manager knows
+        # its type, and then per route; routes to WebSocket upstreams turn it on (weir.xds.routes).
+        upgrade_configs=[
+            hcm_pb2.HttpConnectionManager.UpgradeConfig(
+                upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)
+            )
+        ],
+    )
+    return listener_components_pb2.Filter(
+        name="envoy.filters.network.http_connection_manager", typed_config=pack(hcm)
+    )
+
+
+def _local_replies() -> Any:
+    """Envoy's own answers, reworded where its default says too little.
+
+    The egress guard (an RBAC filter on the cluster) answers ``403 RBAC:
+    access denied``, which RBAC cannot change per filter. This mapper, on
+    the connection manager that relays that answer, selects it by its
+    response code details (a CEL filter: the policy names are weir's) and
+    replaces the body with one naming the upstream and the refused address.
+    """
+    denied = cel_pb2.ExpressionFilter(
+        expression=f"response.code_details.startsWith('rbac_access_denied_matched_policy[{EGRESS_POLICY_PREFIX}')"
+    )
+    body = format_pb2.SubstitutionFormatString(
+        text_format_source=base_pb2.DataSource(inline_string=EGRESS_DENIED_BODY)
+    )
+    mapper = hcm_pb2.ResponseMapper(
+        filter=accesslog_pb2.AccessLogFilter(
+            extension_filter=accesslog_pb2.ExtensionFilter(
+                name="envoy.access_loggers.extension_filters.cel", typed_config=pack(denied)
+            )
+        ),
+        body_format_override=body,
+    )
+    return hcm_pb2.LocalReplyConfig(mappers=[mapper])
+
+
+def _access_log(fields: Mapping[str, str] = ACCESS_LOG_FORMAT) -> Any:
+    fmt = struct_pb2.Struct()
+    fmt.update(fields)
+    stdout = stream_pb2.StdoutAccessLog(log_format=format_pb2.SubstitutionFormatString(json_format=fmt))
+    return accesslog_pb2.AccessLog(name="envoy.access_loggers.stdout", typed_config=pack(stdout))
+
+
+# --------------------------------------------------------------------------
+# TCP listeners
+# --------------------------------------------------------------------------
+
+
+def tcp_listener(listener: ir.TcpListener, chosen: list[ir.Upstream | None], *, tunnel: bool) -> Any:
+    """A listener whose single filter chain is a TCP proxy to the listener's backends.
+
+    The egress guard (an RBAC filter on the cluster) is an HTTP filter: it
+    runs in a router, once an address is chosen and before the connection to
+    it is made, and a TCP proxy has no router. Envoy 1.40 has no upstream
+    network filter that could refuse an address instead (the only one it
+    registers is for reverse tunnels), and the network RBAC filter on the
+    listener fails open: its ``upstream_ip_port`` matcher finds no upstream
+    address there. So when a backend of the listener is guarded (``tunnel``),
+    the TCP proxy does not connect itself: it tunnels each connection as an
+    HTTP/2 ``CONNECT`` to :data:`TCP_EGRESS`, an internal listener (in
+    process, no socket) whose router picks the backend by weight and
+    terminates the ``CONNECT`` into a plain TCP connection to the real
+    cluster; that cluster's guard refuses a denied address with 403 before
+    connecting, and the TCP proxy then closes the client's connection
+    without having sent it a byte. Otherwise the TCP proxy picks the
+    cluster by weight itself (``weighted_clusters``).
+    """
+    return listener_pb2.Listener(
+        name=listener.name,
+        address=socket_address(listener.address, listener.port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[_tcp_proxy(listener.name, listener, chosen, tunnel=tunnel)]
+            )
+        ],
+    )
+
+
+def _tcp_proxy(
+    listener_name: str,
+    relay: ir.TcpListener | ir.TlsRelay,
+    chosen: list[ir.Upstream | None],
+    *,
+    tunnel: bool,
+    access_log: Mapping[str, str] = TCP_ACCESS_LOG_FORMAT,
+) -> Any:
+    """The TCP proxy filter relaying the connections of a TCP listener or a TLS relay (see above)."""
+    proxy = tcp_proxy_pb2.TcpProxy(
+        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
+        stat_prefix=listener_name.replace(":", "_"),
+        # Always explicit, 0 included (no limit).
+        idle_timeout=duration_ms(relay.idle_timeout_ms),
+        access_log=[_access_log(access_log)],
+    )
+    if tunnel:
+        proxy.cluster = TCP_EGRESS
+        # The authority of the CONNECT names the relay: its virtual host in TCP_EGRESS.
+        proxy.tunneling_config.hostname = tunnel_authority(relay.name)
+    elif len(relay.backends) <= 1:
+        proxy.cluster = cluster_name(chosen[0] if chosen else None)
+    else:
+        for backend, upstream in zip(relay.backends, chosen, strict=True):
+            proxy.weighted_clusters.clusters.add(name=cluster_name(upstream), weight=backend.weight)
+    return listener_components_pb2.Filter(name="envoy.filters.network.tcp_proxy", typed_config=pack(proxy))
+
+
+def tcp_egress_listener() -> Any:
+    """The internal listener tunneled TCP connections arrive at, as HTTP/2 ``CONNECT`` streams.
+
+    Its routes (:func:`weir.xds.routes.tcp_egress_routes`) come over RDS, so a TCPRoute
+    change never touches (and drains) this listener. It logs each tunneled
+    connection like an HTTP request: the guard's refusals appear there with
+    their policy name.
+    """
+    hcm = hcm_pb2.HttpConnectionManager(
+        stat_prefix=TCP_EGRESS,
+        codec_type=hcm_pb2.HttpConnectionManager.HTTP2,
+        rds=hcm_pb2.Rds(config_source=ads(), route_config_name=TCP_EGRESS),
+        http_filters=[
+            hcm_pb2.HttpFilter(
+                name="envoy.filters.http.router",
+                typed_config=pack(router_pb2.Router(suppress_envoy_headers=True)),
+            )
+        ],
+        upgrade_configs=[hcm_pb2.HttpConnectionManager.UpgradeConfig(upgrade_type="CONNECT")],
+        access_log=[_access_log()],
+        generate_request_id=wrappers_pb2.BoolValue(value=False),
+    )
+    hcm.http2_protocol_options.allow_connect = True
+    out = listener_pb2.Listener(
+        name=TCP_EGRESS,
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name="envoy.filters.network.http_connection_manager", typed_config=pack(hcm)
+                    )
+                ]
+            )
+        ],
+    )
+    out.internal_listener.SetInParent()
+    return out
+
+
+# --------------------------------------------------------------------------
+# TLS listeners
+# --------------------------------------------------------------------------
+
+
+def tls_listener(
+    listener: ir.TlsListener, relays: Mapping[str, list[ir.Upstream | None]], tunnels: set[str]
+) -> Any:
+    """A listener reading each connection's ClientHello, with one filter chain per HTTPS server and relay.
+
+    The TLS inspector reads the server name; Envoy then picks the filter
+    chain whose ``server_names`` match it best (exact, then the longest
+    wildcard, then the chain without names), among chains for TLS only:
+    anything else is closed, as is a name no chain matches. HTTPS servers
+    terminate TLS and run a connection manager whose routes, over RDS, are
+    named after the server; relays run a TCP proxy, behind a TLS
+    termination when they have certificates. ``relays`` gives each relay's
+    upstreams (``None``: failed to resolve); ``tunnels`` names the relays that go
+    through :data:`TCP_EGRESS` (guarded upstreams, as for TCP listeners).
+    With no entry at all, one chain without filters closes every connection
+    (Envoy needs a chain).
+    """
+    chains = []
+    for server in sorted(listener.https, key=lambda x: x.name):
+        chain = listener_components_pb2.FilterChain(
+            name=server.name,
+            filter_chain_match=_server_name_match(server.server_names),
+            filters=[_http_connection_manager(listener.name, route_config_name=server.name)],
+        )
+        _terminate_tls(chain, server.certificates, alpn=HTTPS_ALPN)
+        chains.append(chain)
+    for relay in sorted(listener.relays, key=lambda x: x.name):
+        proxy = _tcp_proxy(
+            listener.name,
+            relay,
+            relays[relay.name],
+            tunnel=relay.name in tunnels,
+            access_log=TLS_RELAY_ACCESS_LOG_FORMAT,
+        )
+        chain = listener_components_pb2.FilterChain(
+            name=relay.name, filter_chain_match=_server_name_match(relay.server_names), filters=[proxy]
+        )
+        if relay.certificates:
+            _terminate_tls(chain, relay.certificates, alpn=())
+        chains.append(chain)
+    out = listener_pb2.Listener(
+        name=listener.name,
+        address=socket_address(listener.address, listener.port),
+        listener_filters=[
+            listener_components_pb2.ListenerFilter(
+                name="envoy.filters.listener.tls_inspector",
+                typed_config=pack(tls_inspector_pb2.TlsInspector()),
+            )
+        ],
+        filter_chains=chains,
+    )
+    if not chains:
+        out.default_filter_chain.name = f"{listener.name}/no-server-name"
+    return out
+
+
+def _server_name_match(server_names: tuple[str, ...]) -> Any:
+    return listener_components_pb2.FilterChainMatch(
+        server_names=sorted(server_names), transport_protocol="tls"
+    )
+
+
+def _terminate_tls(chain: Any, certificates: tuple[str, ...], *, alpn: tuple[str, ...]) -> None:
+    """Give ``chain`` a TLS transport socket presenting ``certificates`` (SDS), TLS 1.2 to 1.3.
+
+    With several certificates, Envoy presents the one whose names match the
+    client's server name (exact before wildcard), else the first.
+    """
+    common = tls_pb2.CommonTlsContext(
+        tls_params=common_pb2.TlsParameters(
+            tls_minimum_protocol_version=common_pb2.TlsParameters.TLSv1_2,
+            tls_maximum_protocol_version=common_pb2.TlsParameters.TLSv1_3,
+        ),
+        tls_certificate_sds_secret_configs=[sds(name) for name in certificates],
+        alpn_protocols=list(alpn),
+    )
+    chain.transport_socket.name = "envoy.transport_sockets.tls"
+    chain.transport_socket.typed_config.CopyFrom(
+        pack(tls_pb2.DownstreamTlsContext(common_tls_context=common))
+    )
