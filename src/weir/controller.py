@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -41,7 +40,7 @@ from weir.loader import Problem
 from weir.resources import Resources
 from weir.status_store import StatusStore
 from weir.translate import Settings, Translation, translate
-from weir.translate.status import DataPlaneState, apply_data_plane
+from weir.translate.status import DataPlaneState, apply_data_plane, attribute_rejection
 from weir.xds import build
 from weir.xds.server import AckStatus, AdsServer
 from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, SECRET, Snapshot
@@ -295,15 +294,14 @@ class Controller:
                 if ok:
                     bound.add((listener.address, listener.port))
         # Envoy names the listeners it could not add ("... listener(s) 127.0.0.1:8080: cannot bind ...").
-        named = frozenset(
-            (lst.address, lst.port)
-            for lst in listeners
-            if rejection and re.search(rf"(?<![\w.:\[]){re.escape(lst.name)}(?![\w.])", rejection)
+        named, unusable = attribute_rejection(
+            rejection, {lst.name: (lst.address, lst.port) for lst in listeners}
         )
         state = DataPlaneState(
             accepted=accepted and envoy_up,
             rejection=rejection,
             rejected_sockets=named,
+            unusable_sockets=unusable,
             bound=frozenset(bound),
         )
         previously = current.state

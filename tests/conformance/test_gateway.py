@@ -121,10 +121,7 @@ def isolation_exchanges(gateway: str) -> tuple[Exchange, ...]:
     return tuple(out)
 
 
-ISOLATION_PENDING = "HTTP listener isolation (routes reaching requests of a more specific listener)"
-
-
-def isolation_case(name: str, gateway: str, with_hostnames: bool, pending: str | None = None) -> Case:
+def isolation_case(name: str, gateway: str, with_hostnames: bool) -> Case:
     suffix = "-with-hostname-intersection" if with_hostnames else ""
     return Case(
         name,
@@ -134,7 +131,6 @@ def isolation_case(name: str, gateway: str, with_hostnames: bool, pending: str |
             for listener in LISTENERS
         ),
         exchanges=isolation_exchanges(gateway),
-        pending=pending,
     )
 
 
@@ -492,7 +488,6 @@ spec:
         "GatewayHTTPListenerIsolationWithHostnameIntersection",
         "http-listener-isolation-with-hostname-intersection",
         with_hostnames=True,
-        pending=ISOLATION_PENDING,
     ),
     Case(
         "GatewayHTTPListenerIsolationListenerWithoutRoutes",
@@ -523,7 +518,6 @@ spec:
                 via("http-listener-isolation-no-routes", "abc.foo.example.com", "/empty-hostname"), NOT_FOUND
             ),
         ),
-        pending=ISOLATION_PENDING,
     ),
     Case(
         "GatewayListenerProtocolConflict",
@@ -655,6 +649,7 @@ spec:
                     GatewayStatus(
                         STATIC,
                         {"Accepted": ("True", "Accepted"), "Programmed": ("False", "AddressNotUsable")},
+                        addresses=("127.0.1.251",),  # the unusable one is left out
                     ),
                 ),
             ),
@@ -673,7 +668,6 @@ spec:
                 exchanges=(Exchange(via(STATIC), NOT_FOUND),),
             ),
         ),
-        pending="Programmed=False with reason AddressNotUsable for a static address weir cannot bind",
     ),
     Case(
         "GatewayClassObservedGenerationBump",

@@ -1395,7 +1395,6 @@ spec:
             status("bar.example.org", "/exact", 404),
             ok("foo.example.org", "/wild", V1),
         ),
-        pending="hostname precedence across HTTPRoutes (precise hostname falling through to wildcard)",
     ),
     Case(
         "HTTPRouteCORS",

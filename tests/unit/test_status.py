@@ -290,3 +290,60 @@ def test_other_controllers_entries_keep_their_times() -> None:
     store = StatusStore(Clock())
     store.publish({key: {"parents": [theirs, *route_status(st.R_ACCEPTED)["parents"]]}})
     assert store.current[key]["parents"][0] == theirs
+
+
+# ---------------------------------------------------------------- static addresses Envoy cannot bind
+
+UNUSABLE_NACK = (
+    "Error adding/updating listener(s) 192.0.2.10:8080: cannot bind '192.0.2.10:8080': Cannot assign "
+    "requested address, 127.0.0.1:9999: cannot bind '127.0.0.1:9999': Address already in use"
+)
+LISTENER_NAMES = {
+    "192.0.2.10:8080": ("192.0.2.10", 8080),
+    "127.0.0.2:8080": ("127.0.0.2", 8080),
+    "127.0.0.1:9999": ("127.0.0.1", 9999),
+}
+
+
+def addressed_status(*addresses: str) -> dict[str, Any]:
+    status = gateway_status()
+    status["addresses"] = [{"type": "IPAddress", "value": a} for a in addresses]
+    return status
+
+
+def test_a_nack_is_attributed_per_socket_and_an_address_not_of_this_host_is_unusable() -> None:
+    named, unusable = st.attribute_rejection(UNUSABLE_NACK, LISTENER_NAMES)
+    assert named == {("192.0.2.10", 8080), ("127.0.0.1", 9999)}
+    assert unusable == {("192.0.2.10", 8080)}, "only the address that is none of the host's"
+    assert st.attribute_rejection(None, LISTENER_NAMES) == (frozenset(), frozenset())
+
+
+def test_a_static_address_that_cannot_be_bound_is_address_not_usable_and_left_out() -> None:
+    named, unusable = st.attribute_rejection(UNUSABLE_NACK, LISTENER_NAMES)
+    state = DataPlaneState(
+        rejection=UNUSABLE_NACK,
+        rejected_sockets=named,
+        unusable_sockets=unusable,
+        bound=frozenset({("127.0.0.2", 8080)}),
+    )
+    both = {GW: {"http": (("192.0.2.10", 8080), ("127.0.0.2", 8080))}}
+    result = apply_data_plane({GW: addressed_status("192.0.2.10", "127.0.0.2")}, both, state)
+    cond = next(c for c in result[GW]["conditions"] if c["type"] == "Programmed")
+    assert (cond["status"], cond["reason"]) == ("False", "AddressNotUsable")
+    assert "192.0.2.10" in cond["message"] and "spec.addresses" in cond["message"]
+    assert result[GW]["addresses"] == [{"type": "IPAddress", "value": "127.0.0.2"}]
+
+    # A socket refused for another reason (a port in use) keeps the reason it had: Invalid.
+    other = ObjectKey("Gateway", "default", "other")
+    result = apply_data_plane(
+        {other: addressed_status("127.0.0.1")}, {other: {"http": (("127.0.0.1", 9999),)}}, state
+    )
+    assert programmed_of(result[other]) == ("False", "Invalid")
+    assert result[other]["addresses"] == [{"type": "IPAddress", "value": "127.0.0.1"}]
+    # Both at once on one Gateway: the address is still left out, but Invalid says more.
+    mixed = {GW: {"http": (("192.0.2.10", 8080),), "admin": (("127.0.0.1", 9999),)}}
+    status = addressed_status("192.0.2.10", "127.0.0.1")
+    status["listeners"].append({"name": "admin", "conditions": status["listeners"][0]["conditions"]})
+    result = apply_data_plane({GW: status}, mixed, state)
+    assert programmed_of(result[GW]) == ("False", "Invalid")
+    assert result[GW]["addresses"] == [{"type": "IPAddress", "value": "127.0.0.1"}]

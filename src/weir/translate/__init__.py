@@ -34,6 +34,7 @@ from weir.translate.settings import Settings
 from weir.translate.tcproutes import tcp_backends, translate_tcp_routes
 from weir.translate.tlslisteners import tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
+from weir.translate.virtualhosts import claimed, owned_virtual_hosts
 
 __all__ = ["Settings", "Translation", "translate"]
 
@@ -86,6 +87,7 @@ def translate(resources: Resources, settings: Settings) -> Translation:
     # and each TLS server name on a socket to one listener.
     sockets: dict[tuple[str, int], str] = {}
     tls_sockets: dict[tuple[str, int], list[ListenerContext]] = {}
+    http_sockets: dict[tuple[str, int], list[ListenerContext]] = {}
     gateway_sockets: dict[ObjectKey, dict[str, tuple[tuple[str, int], ...]]] = {}
     for ctx in gateways:
         statuses[ctx.gateway.key] = gateway_status(ctx)
@@ -98,6 +100,9 @@ def translate(resources: Resources, settings: Settings) -> Translation:
             if not lc.served:
                 continue
             sockets.update(dict.fromkeys(lc.sockets, lc.family))
+            if lc.family == "HTTP":
+                for sock in lc.sockets:
+                    http_sockets.setdefault(sock, []).append(lc)
             for cert in lc.certificates:
                 table.secrets[cert.name] = cert
 
@@ -106,7 +111,7 @@ def translate(resources: Resources, settings: Settings) -> Translation:
         if sockets[sock] == "TCP"
         else tls_listener(_listener_name(*sock), *sock, tls_sockets[sock])
         if sockets[sock] == "TLS"
-        else _listener(sock, table)
+        else _listener(sock, http_sockets[sock])
         for sock in sorted(sockets)
     )
     return Translation(
@@ -130,16 +135,25 @@ def _tcp_listener(socket: tuple[str, int], table: RouteTable) -> ir.TcpListener:
     return ir.TcpListener(_listener_name(address, port), address, port, table.tcp.get(socket, ()))
 
 
-def _listener(socket: tuple[str, int], table: RouteTable) -> ir.Listener:
+def _listener(socket: tuple[str, int], listeners: list[ListenerContext]) -> ir.Listener:
+    """The HTTP listener of ``socket``: one route configuration for the ``listeners`` on it, each
+    serving the Hosts it owns with its own routes (see :mod:`weir.translate.virtualhosts`)."""
     address, port = socket
     name = _listener_name(address, port)
-    by_domain = table.entries.get(socket, {})
-    virtual_hosts = []
-    for domain in sorted(by_domain):
-        entries = sorted(by_domain[domain], key=lambda e: e[0])
-        routes = tuple(dict.fromkeys(route for _, route in entries))
-        virtual_hosts.append(ir.VirtualHost(name=f"{name}/{domain}", domains=(domain,), routes=routes))
-    return ir.Listener(name=name, address=address, port=port, virtual_hosts=tuple(virtual_hosts))
+    groups: dict[str | None, list[ListenerContext]] = {}
+    for lc in listeners:  # listeners of different Gateways with one hostname share its Hosts
+        groups.setdefault(lc.hostname, []).append(lc)
+    virtual_hosts = [
+        vhost for group in groups.values() for vhost in owned_virtual_hosts(name, group, listeners)
+    ]
+    for hostname in groups:
+        virtual_hosts += claimed(name, hostname, virtual_hosts)
+    return ir.Listener(
+        name=name,
+        address=address,
+        port=port,
+        virtual_hosts=tuple(sorted(virtual_hosts, key=lambda v: v.name)),
+    )
 
 
 def _apply_egress_policy(
@@ -183,8 +197,7 @@ def _apply_egress_policy(
     }
     for secret_name in orphans - in_use:
         table.secrets.pop(secret_name, None)
-    per_listener = [lc.routes for ctx in gateways for lc in ctx.listeners]
-    for by_domain in [*table.entries.values(), *per_listener]:
+    for by_domain in [lc.routes for ctx in gateways for lc in ctx.listeners]:
         for entries in by_domain.values():
             entries[:] = [(key, _without_upstreams(route, refused)) for key, route in entries]
     for socket, backends in table.tcp.items():

@@ -225,7 +225,7 @@ def translate_grpc_routes(
             if id(att.listener) not in counted:
                 counted.add(id(att.listener))
                 att.listener.attached += 1
-            _add_routes(route, att, rules, table)
+            _add_routes(route, att, rules)
         refs = (
             (False, failure.reason, failure.message)
             if failure
@@ -372,7 +372,7 @@ def _backend_order(key: _BackendKey) -> tuple[bool, str, str]:
     return (name is None, name or "", repr((req, resp)))
 
 
-def _add_routes(route: GRPCRoute, att: Attachment, rules: list[_Rule], table: RouteTable) -> None:
+def _add_routes(route: GRPCRoute, att: Attachment, rules: list[_Rule]) -> None:
     created = route.metadata.creation_timestamp or ""
     for ri, rule in enumerate(route.spec.rules):
         matches: tuple[GRPCRouteMatch | None, ...] = rule.matches or (None,)
@@ -384,7 +384,7 @@ def _add_routes(route: GRPCRoute, att: Attachment, rules: list[_Rule], table: Ro
                 response_headers=rules[ri].response_headers,
             )
             key = (*_precedence(match), created, route.namespace, route.name, ri, mi)
-            place_route(att, key, ir_route, table)
+            place_route(att, key, ir_route)
 
 
 def _match(match: GRPCRouteMatch | None) -> ir.RouteMatch:

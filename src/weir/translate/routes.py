@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,12 +39,9 @@ SortKey = tuple[Any, ...]
 
 @dataclass
 class RouteTable:
-    """What routes contribute to the data plane, before it is shaped into IR listeners."""
+    """What routes contribute to the data plane, besides the routes each listener keeps
+    (:attr:`weir.translate.gateways.ListenerContext.routes`)."""
 
-    #: socket -> domain -> [(precedence, route)]
-    entries: dict[Socket, dict[str, list[tuple[SortKey, ir.Route]]]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(list))
-    )
     upstreams: dict[str, ir.Upstream] = field(default_factory=dict)
     secrets: dict[str, ir.Secret] = field(default_factory=dict)
     #: socket of a TCP listener -> the backends of the TCPRoute it forwards to
@@ -112,7 +108,7 @@ def translate_http_routes(
             if id(att.listener) not in seen:
                 seen.add(id(att.listener))
                 att.listener.attached += 1
-            _add_routes(route, att, resolved, table)
+            _add_routes(route, att, resolved)
         refs = (
             (False, resolved.failure.reason, resolved.failure.message)
             if resolved.failure
@@ -415,7 +411,7 @@ def _backend_order(key: _BackendKey) -> tuple[bool, str, str]:
     return (name is None, name or "", repr((req, resp)))
 
 
-def _add_routes(route: HTTPRoute, att: Attachment, resolved: _ResolvedRules, table: RouteTable) -> None:
+def _add_routes(route: HTTPRoute, att: Attachment, resolved: _ResolvedRules) -> None:
     created = route.metadata.creation_timestamp or ""
     scheme = "https" if att.listener.protocol == "HTTPS" else "http"
     for ri, rule in enumerate(route.spec.rules):
@@ -432,16 +428,18 @@ def _add_routes(route: HTTPRoute, att: Attachment, resolved: _ResolvedRules, tab
                 cors=resolved_rule.cors,
             )
             key = (*_precedence(match), created, route.namespace, route.name, ri, mi)
-            place_route(att, key, ir_route, table)
+            place_route(att, key, ir_route)
 
 
-def place_route(att: Attachment, key: SortKey, ir_route: ir.Route, table: RouteTable) -> None:
-    """Serve ``ir_route`` on the listener and hostnames of ``att``, in precedence order ``key``."""
-    for host in att.hostnames:  # HTTPS listeners serve their own routes (weir.translate.tlslisteners)
+def place_route(att: Attachment, key: SortKey, ir_route: ir.Route) -> None:
+    """Serve ``ir_route`` on the listener and hostnames of ``att``, in precedence order ``key``.
+
+    Each listener keeps its own routes: which of its hostnames it serves, and
+    in what order, depends on the other listeners of its sockets
+    (:mod:`weir.translate.virtualhosts`).
+    """
+    for host in att.hostnames:
         att.listener.routes[host].append((key, ir_route))
-    for socket in att.listener.sockets:
-        for host in att.hostnames:
-            table.entries[socket][host].append((key, ir_route))
 
 
 def _first_by_name(items: Iterable[Any], name: Any) -> list[Any]:

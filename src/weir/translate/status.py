@@ -11,6 +11,7 @@ either: it needs a clock and the previous status (see
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,7 @@ R_NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
 R_INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
 R_INVALID_CLIENT_CERTIFICATE_REF = "InvalidClientCertificateRef"
 R_ADDRESS_NOT_ASSIGNED = "AddressNotAssigned"
+R_ADDRESS_NOT_USABLE = "AddressNotUsable"
 R_PORT_UNAVAILABLE = "PortUnavailable"
 R_PROTOCOL_CONFLICT = "ProtocolConflict"
 R_HOSTNAME_CONFLICT = "HostnameConflict"
@@ -109,13 +111,16 @@ class DataPlaneState:
     ``rejection``: Envoy's message when it NACKed something (``accepted`` is
     then False). ``rejected_sockets``: the listener sockets that message
     names; empty when it names none, and then the rejection concerns every
-    listener. ``bound``: the ``(address, port)`` sockets Envoy is accepting
-    connections on.
+    listener. ``unusable_sockets``: those of them rejected because their
+    address cannot be bound at all (not an address of this host; see
+    :func:`attribute_rejection`). ``bound``: the ``(address, port)`` sockets
+    Envoy is accepting connections on.
     """
 
     accepted: bool = False
     rejection: str | None = None
     rejected_sockets: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    unusable_sockets: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     bound: frozenset[tuple[str, int]] = field(default_factory=frozenset)
 
     def rejects(self, sockets: tuple[tuple[str, int], ...]) -> bool:
@@ -123,6 +128,39 @@ class DataPlaneState:
         if self.rejection is None:
             return False
         return not self.rejected_sockets or any(s in self.rejected_sockets for s in sockets)
+
+
+#: What the operating system says (``EADDRNOTAVAIL``) when a socket's address is none of the host's.
+_ADDRESS_NOT_AVAILABLE = "cannot assign requested address"
+
+
+def attribute_rejection(
+    rejection: str | None, listeners: Mapping[str, tuple[str, int]]
+) -> tuple[frozenset[tuple[str, int]], frozenset[tuple[str, int]]]:
+    """The sockets an Envoy NACK names, and those of them whose address cannot be used.
+
+    ``listeners``: IR listener name (``ADDRESS:PORT``) → socket. Envoy names
+    each listener it could not add, then why, one after the other ("Error
+    adding/updating listener(s) 192.0.2.10:80: cannot bind '192.0.2.10:80':
+    Cannot assign requested address, 127.0.0.1:8080: cannot bind ...
+    Address already in use"): a listener's part of the text runs from each
+    mention of its name to the next mention of any listener's.
+    """
+    if not rejection:
+        return frozenset(), frozenset()
+    mentions = sorted(
+        (match.start(), match.end(), socket)
+        for name, socket in listeners.items()
+        for match in re.finditer(rf"(?<![\w.:\[]){re.escape(name)}(?![\w.])", rejection)
+    )
+    named: set[tuple[str, int]] = set()
+    unusable: set[tuple[str, int]] = set()
+    for i, (_, end, socket) in enumerate(mentions):
+        named.add(socket)
+        until = mentions[i + 1][0] if i + 1 < len(mentions) else len(rejection)
+        if _ADDRESS_NOT_AVAILABLE in rejection[end:until].lower():
+            unusable.add(socket)
+    return frozenset(named), frozenset(unusable)
 
 
 def apply_data_plane(
@@ -142,8 +180,11 @@ def apply_data_plane(
     programmed when every listener in the data plane is; it is ``Invalid``
     when Envoy rejected one of its listeners, or rejected something it could
     not attribute; with no listener in the data plane it keeps translation's
-    ``Programmed``. Other objects pass through unchanged. The input is not
-    modified.
+    ``Programmed``. When every socket of a Gateway that Envoy rejected was
+    rejected because its address is not one of the host's, the Gateway is
+    ``AddressNotUsable`` instead, and those addresses are left out of its
+    ``status.addresses``. Other objects pass through unchanged. The input is
+    not modified.
     """
     answered = state.accepted or state.rejection is not None
     out: dict[ObjectKey, dict[str, Any]] = dict(statuses)
@@ -154,6 +195,9 @@ def apply_data_plane(
         status = copy.deepcopy(status)
         programmed_listeners = 0
         waiting = rejected = False
+        own = {s for sockets in sockets_by_listener.values() for s in sockets}
+        refused = own & state.rejected_sockets
+        unusable = sorted({a for a, _ in own & state.unusable_sockets})
         for listener in status.get("listeners", []):
             conds = listener["conditions"]
             sockets = sockets_by_listener.get(listener["name"], ())
@@ -177,7 +221,10 @@ def apply_data_plane(
             _replace(conds, new)
         conds = status["conditions"]
         generation = _generation(conds)
-        if rejected or (state.rejection is not None and not state.rejected_sockets):
+        if rejected and unusable and refused <= state.unusable_sockets:
+            message = _unusable_message(unusable, served=len(unusable) < len({a for a, _ in own}))
+            new = condition(PROGRAMMED, False, R_ADDRESS_NOT_USABLE, message, generation)
+        elif rejected or (state.rejection is not None and not state.rejected_sockets):
             message = (
                 "Envoy rejected the configuration; the previous configuration keeps serving: "
                 f"{state.rejection}"
@@ -190,8 +237,20 @@ def apply_data_plane(
         else:
             continue
         _replace(conds, new)
+        if unusable and "addresses" in status:
+            status["addresses"] = [a for a in status["addresses"] if a.get("value") not in unusable]
         out[key] = status
     return out
+
+
+def _unusable_message(addresses: list[str], *, served: bool) -> str:
+    """Which addresses cannot be used, and how to fix it (the Gateway API's SHOULD for the reason)."""
+    listed = ", ".join(addresses)
+    message = (
+        f"Envoy cannot listen on {listed} (Cannot assign requested address): not an address of this "
+        "host; assign it to one of the host's network interfaces, or remove it from spec.addresses"
+    )
+    return message + ("; the Gateway's other addresses are served" if served else "")
 
 
 def _is_true(conds: list[Condition], kind: str) -> bool:

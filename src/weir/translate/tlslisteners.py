@@ -10,7 +10,10 @@ Gateway API's rule, and Envoy's for filter chains). So:
   is left to that one, and every other HTTPS listener's hostname answers
   421 (Misdirected Request), so that a client reusing a connection for
   another name (HTTP/2 coalescing) opens a new one, whose server name picks
-  the right certificate and routes. A Host no listener claims gets 404.
+  the right certificate and routes. A Host no listener claims, or one its
+  own hostname matches but none of its routes serves, gets 404. Which Hosts
+  it owns and in what order its routes match is decided as for HTTP
+  listeners (:mod:`weir.translate.virtualhosts`).
 * A TLS listener relays the server names its routes claim, unless a more
   specific listener (HTTPS or TLS) on the socket owns that name.
 """
@@ -18,7 +21,8 @@ Gateway API's rule, and Envoy's for filter chains). So:
 from __future__ import annotations
 
 from weir import ir
-from weir.translate.gateways import ListenerContext, covers
+from weir.translate.gateways import ListenerContext
+from weir.translate.virtualhosts import claimed, owned_virtual_hosts, owner
 
 #: The body of a 421: the Host belongs to another listener on the same port.
 MISDIRECTED_BODY = (
@@ -49,17 +53,13 @@ def tls_listener(name: str, address: str, port: int, listeners: list[ListenerCon
         if not lc.served:
             relays.append(ir.TlsRelay(server, _server_names(lc.hostname), backends=()))
             continue
-        virtual_hosts = []
-        for domain in sorted(lc.routes):
-            if owner(domain, https_listeners) is not lc:
-                continue
-            entries = sorted(lc.routes[domain], key=lambda e: e[0])
-            routes = tuple(dict.fromkeys(route for _, route in entries))
-            virtual_hosts.append(ir.VirtualHost(f"{server}/{domain}", (domain,), routes))
+        virtual_hosts = owned_virtual_hosts(server, [lc], https_listeners)
         for other in https_listeners:
             if other is not lc:
                 domain = other.hostname or "*"
                 virtual_hosts.append(ir.VirtualHost(f"{server}/{domain}", (domain,), (_misdirected(other),)))
+        # Its own Hosts that no route serves: 404, not the 421 of a wider listener's name.
+        virtual_hosts += claimed(server, lc.hostname, virtual_hosts)
         servers.append(
             ir.HttpsServer(
                 name=server,
@@ -93,21 +93,6 @@ def tls_listener(name: str, address: str, port: int, listeners: list[ListenerCon
         https=tuple(sorted(servers, key=lambda s: s.name)),
         relays=tuple(sorted(relays, key=lambda r: r.name)),
     )
-
-
-def owner(name: str, listeners: list[ListenerContext]) -> ListenerContext | None:
-    """The listener whose hostname matches ``name`` (a server name or domain, maybe a wildcard) best."""
-    matching = [lc for lc in listeners if covers(lc.hostname, name)]
-    return max(matching, key=lambda lc: _specificity(lc.hostname), default=None)
-
-
-def _specificity(hostname: str | None) -> tuple[int, int]:
-    """Exact names before wildcards, longer wildcards before shorter, no hostname last."""
-    if hostname is None:
-        return (0, 0)
-    if hostname.startswith("*."):
-        return (1, hostname.count("."))
-    return (2, 0)
 
 
 def _server_names(hostname: str | None) -> tuple[str, ...]:
