@@ -172,6 +172,10 @@ def run(
             help="Envoy worker threads (--concurrency). Default: the number of CPUs, at most 2.",
         ),
     ] = None,
+    envoy_ready_timeout: Annotated[
+        float,
+        typer.Option(min=1, help="Seconds Envoy may take to become ready with the first configuration."),
+    ] = 60.0,
     access_log: Annotated[
         str,
         typer.Option(
@@ -206,6 +210,7 @@ def run(
             admin_port=port,
             envoy_log_level=envoy_log_level,
             envoy_concurrency=envoy_concurrency,
+            envoy_ready_timeout_s=envoy_ready_timeout,
             envoy_access_log_to_stdout=access_log == "stdout",
         ),
     )
