@@ -74,8 +74,8 @@ from weir.translate.routes import (
     SortKey,
     attach,
     intersect_hostnames,
-    parent_ref_data,
     place_route,
+    route_parent_entry,
     unsupported_fields,
 )
 
@@ -205,7 +205,6 @@ def translate_grpc_routes(
     existing = {gw.key for gw in resources.gateways}
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.grpc_routes:
-        gen = route.metadata.generation
         problems = _problems(route)
         parents: list[tuple[ParentReference, st.Condition]] = []
         attachments: list[Attachment] = []
@@ -226,18 +225,8 @@ def translate_grpc_routes(
                 counted.add(id(att.listener))
                 att.listener.attached += 1
             _add_routes(route, att, rules)
-        refs = (
-            (False, failure.reason, failure.message)
-            if failure
-            else (True, st.R_RESOLVED_REFS, "All references resolved")
-        )
         ours = [
-            {
-                "parentRef": parent_ref_data(ref, route.namespace),
-                "controllerName": controller_name,
-                "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
-            }
-            for ref, accepted in parents
+            route_parent_entry(route, ref, controller_name, accepted, failure) for ref, accepted in parents
         ]
         statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
     return statuses

@@ -16,7 +16,7 @@ from weir.api.gateway_v1 import (
     ParentReference,
 )
 from weir.api.gateway_v1_grpcroute import GRPCRoute
-from weir.api.meta import ObjectKey
+from weir.api.meta import KubeObject, ObjectKey
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate import status as st
@@ -82,7 +82,6 @@ def translate_http_routes(
     for route in resources.http_routes:
         parents: list[tuple[ParentReference, st.Condition]] = []
         attachments: list[Attachment] = []
-        gen = route.metadata.generation
         unsupported = unsupported_fields(route)
         for ref in route.spec.parent_refs:
             if ref.group != GROUP or ref.kind != "Gateway":
@@ -109,17 +108,8 @@ def translate_http_routes(
                 seen.add(id(att.listener))
                 att.listener.attached += 1
             _add_routes(route, att, resolved)
-        refs = (
-            (False, resolved.failure.reason, resolved.failure.message)
-            if resolved.failure
-            else (True, st.R_RESOLVED_REFS, "All references resolved")
-        )
         ours = [
-            {
-                "parentRef": parent_ref_data(ref, route.namespace),
-                "controllerName": controller_name,
-                "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
-            }
+            route_parent_entry(route, ref, controller_name, accepted, resolved.failure)
             for ref, accepted in parents
         ]
         statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
@@ -510,3 +500,23 @@ def parent_ref_data(ref: ParentReference, route_namespace: str) -> dict[str, Any
     if ref.port is not None:
         data["port"] = ref.port
     return data
+
+
+def route_parent_entry(
+    route: KubeObject,
+    ref: ParentReference,
+    controller_name: str,
+    accepted: st.Condition,
+    failure: RefFailure | None,
+) -> dict[str, Any]:
+    """One ``status.parents`` entry of a route: ``accepted`` for this parent, and the route's ResolvedRefs."""
+    gen = route.metadata.generation
+    if failure is not None:
+        resolved = st.condition(st.RESOLVED_REFS, False, failure.reason, failure.message, gen)
+    else:
+        resolved = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved", gen)
+    return {
+        "parentRef": parent_ref_data(ref, route.namespace),
+        "controllerName": controller_name,
+        "conditions": [accepted, resolved],
+    }

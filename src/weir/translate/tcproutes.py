@@ -30,7 +30,7 @@ from weir.translate.routes import (
     no_listener_message,
     not_allowed_message,
     parent_listeners,
-    parent_ref_data,
+    route_parent_entry,
 )
 
 KIND = "TCPRoute"
@@ -113,25 +113,13 @@ def translate_tcp_routes(
 
     for entry in routes:
         route = entry.route
-        gen = route.metadata.generation
-        refs = (
-            (False, entry.failure.reason, entry.failure.message)
-            if entry.failure
-            else (True, st.R_RESOLVED_REFS, "All references resolved")
-        )
         ours = []
         for parent in entry.parents:
             accepted = parent.accepted
             shadowed = [(lc, winners[id(lc)]) for lc in parent.listeners if winners[id(lc)] is not entry]
             if shadowed:
                 accepted = {**accepted, "message": _shadowed_message(shadowed)}
-            ours.append(
-                {
-                    "parentRef": parent_ref_data(parent.ref, route.namespace),
-                    "controllerName": controller_name,
-                    "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
-                }
-            )
+            ours.append(route_parent_entry(route, parent.ref, controller_name, accepted, entry.failure))
         statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
     return statuses
 

@@ -36,7 +36,7 @@ from weir.translate.routes import (
     no_listener_message,
     not_allowed_message,
     parent_listeners,
-    parent_ref_data,
+    route_parent_entry,
 )
 from weir.translate.tcproutes import tcp_backends
 
@@ -127,12 +127,6 @@ def translate_tls_routes(
 
     for entry in routes:
         route = entry.route
-        gen = route.metadata.generation
-        refs = (
-            (False, entry.failure.reason, entry.failure.message)
-            if entry.failure
-            else (True, st.R_RESOLVED_REFS, "All references resolved")
-        )
         ours = []
         for parent in entry.parents:
             accepted = parent.accepted
@@ -144,13 +138,7 @@ def translate_tls_routes(
             ]
             if shadowed:
                 accepted = {**accepted, "message": _shadowed_message(shadowed)}
-            ours.append(
-                {
-                    "parentRef": parent_ref_data(parent.ref, route.namespace),
-                    "controllerName": controller_name,
-                    "conditions": [accepted, st.condition(st.RESOLVED_REFS, refs[0], refs[1], refs[2], gen)],
-                }
-            )
+            ours.append(route_parent_entry(route, parent.ref, controller_name, accepted, entry.failure))
         statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
     return statuses
 
