@@ -38,6 +38,7 @@ from pathlib import Path
 
 import dataplane_load as load
 from dataplane_env import (
+    ALIASES,
     BINARIES,
     EGRESS_CONTENDERS,
     HERE,
@@ -148,7 +149,8 @@ def run_levers(args: argparse.Namespace) -> None:
     rounds; the ratio of each pair is taken within the round.
     """
     variants = [
-        v if v in BINARIES or v.startswith("weir+") else f"weir+{v}" for v in args.variants.split(",")
+        v if v in BINARIES or v in ALIASES or v.startswith("weir+") else f"weir+{v}"
+        for v in args.variants.split(",")
     ]
     http2 = args.h2
     with bench_env(args) as bench:

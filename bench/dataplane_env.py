@@ -375,7 +375,7 @@ class Bench:
     # ---------------------------------------------------------------- contenders
 
     def start(self, name: str, *, http2: bool, protocol: str | None, streaming: bool = False) -> Contender:
-        if name == "weir" or name.startswith("weir+"):
+        if name in ALIASES or name == "weir" or name.startswith("weir+"):
             contender = self._weir(name, protocol=protocol)
         else:
             starter = {
@@ -399,14 +399,15 @@ class Bench:
 
     def _weir(self, name: str, *, protocol: str | None) -> Contender:
         """``weir run``; ``weir+LEVER,...`` runs it through ``dataplane_levers.py`` (lever study)."""
+        spec = ALIASES.get(name, name)
         port = free_port(cfg.PROXY_IP)
         folder = self.work / name.replace("+", "_").replace(",", "_")
         folder.mkdir(exist_ok=True)
         manifests = cfg.weir_manifests(port, self.upstream_port, self.ca.cert_pem, protocol=protocol)
         (folder / "bench.yaml").write_text(manifests)
         weir = Path(sys.executable).with_name("weir")
-        if "+" in name:
-            command = [sys.executable, str(HERE / "dataplane_levers.py"), ",".join(name.split("+")[1:])]
+        if "+" in spec:
+            command = [sys.executable, str(HERE / "dataplane_levers.py"), ",".join(spec.split("+")[1:])]
         elif weir.exists():
             command = [str(weir)]
         else:
@@ -468,6 +469,12 @@ BINARIES = {
     "nginx": "nginx",
     "haproxy": "haproxy",
     "direct": None,
+}
+#: Contenders that are weir with levers (``dataplane_levers.py``) under a name of their own.
+ALIASES = {
+    # weir as it was before this benchmark's changes: access log through weir's Python log,
+    # per-response-code statistics on.
+    "weir-before": "weir+forward-access-log+dynamic-stats",
 }
 #: Programs to act as if they were not installed (``--without``), to try the fallbacks.
 WITHOUT: set[str] = set()

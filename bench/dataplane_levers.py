@@ -81,6 +81,12 @@ def _http1(options: Any) -> None:
         options.explicit_http_config.http_protocol_options.SetInParent()
 
 
+def _http2(options: Any) -> None:
+    if options.HasField("auto_config"):
+        options.ClearField("auto_config")
+        options.explicit_http_config.http2_protocol_options.SetInParent()
+
+
 def _no_normalize(hcm: Any) -> None:
     hcm.ClearField("normalize_path")
     hcm.merge_slashes = False
@@ -147,6 +153,9 @@ LEVERS: dict[str, Callable[[Resources], None]] = {
     "no-upstream-filters": lambda r: _each_http_options(r, lambda o: o.ClearField("http_filters")),
     "no-route-header-removal": _no_route_header_removal,
     "http1": lambda r: _each_http_options(r, _http1),
+    "http2": lambda r: _each_http_options(r, _http2),
+    # weir's generated config before the data-path work turned them off.
+    "dynamic-stats": lambda r: _each_hcm(r, _router(lambda rt: rt.ClearField("dynamic_stats"))),
 }
 
 #: Levers that change weir's command line rather than its Envoy config.

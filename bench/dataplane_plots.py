@@ -20,6 +20,7 @@ COLOURS = {
     "weir": "#1f77b4",
     "lean-envoy": "#9467bd",
     "lean-envoy-same": "#c5b0d5",
+    "weir-before": "#aec7e8",
     "nginx": "#2ca02c",
     "haproxy": "#ff7f0e",
     "direct": "#7f7f7f",
@@ -37,7 +38,9 @@ def plot(files: list[str], out: str) -> list[Path]:
         data = json.loads(Path(file).read_text())
         scenario = data["scenario"]
         if scenario == "levers":
-            written.append(_plot_levers(plt, data, Path(out) / f"dataplane-{Path(file).stem}.png"))
+            stem = Path(file).stem
+            name = stem if stem.startswith("dataplane-") else f"dataplane-{stem}"
+            written.append(_plot_levers(plt, data, Path(out) / f"{name}.png"))
             continue
         panels = STREAMING_PANELS if scenario == "streaming" else EGRESS_PANELS
         groups: dict[str, list[dict[str, Any]]] = {}
