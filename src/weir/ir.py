@@ -569,6 +569,41 @@ class Upstream:
     connect_timeout_ms: int = 5000
     egress_guard: EgressGuard | None = None
     websocket: bool = False
+    credential: CredentialInjection | None = None
+    mcp_tools: McpToolPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialInjection:
+    """A credential Envoy adds to every request it sends to an upstream (``BackendCredentialPolicy``).
+
+    ``secret`` names a :class:`GenericSecret` in :attr:`IR.secrets` whose value
+    is the whole header value (any prefix such as ``Bearer `` included). It is
+    delivered over SDS under a name that does not change with the value, so a
+    rotated credential reaches Envoy without replacing the cluster: unlike a
+    client certificate, a header is added per request, and pooled connections
+    carry the new value from the next request on. ``overwrite``: the
+    gateway's value replaces a header of that name sent by the client;
+    otherwise the client's is kept.
+    """
+
+    secret: str
+    header: str = "Authorization"
+    overwrite: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolPolicy:
+    """Which tools an MCP ``tools/call`` may name (``BackendMCPPolicy``).
+
+    Patterns are exact tool names or contain ``*``, which matches any run of
+    characters (including none). A tool is allowed when ``allowed`` is empty
+    or one of its patterns matches, and no ``denied`` pattern matches. Other
+    MCP methods are not affected.
+    """
+
+    allowed: tuple[str, ...] = ()
+    denied: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------
@@ -593,7 +628,15 @@ class TlsCertificate:
     private_key: str
 
 
-Secret = TrustedCA | TlsCertificate
+@dataclass(frozen=True, slots=True)
+class GenericSecret:
+    """An opaque value (a credential), redacted by :func:`to_data`."""
+
+    name: str
+    value: str
+
+
+Secret = TrustedCA | TlsCertificate | GenericSecret
 
 
 # --------------------------------------------------------------------------
@@ -643,6 +686,8 @@ def to_data(value: Any) -> Any:
             "certificateChain": f"<{len(value.certificate_chain)} bytes of PEM>",
             "privateKey": "<redacted>",
         }
+    if isinstance(value, GenericSecret):
+        return {"type": "GenericSecret", "name": value.name, "value": "<redacted>"}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         if isinstance(

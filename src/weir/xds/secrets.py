@@ -20,6 +20,8 @@ def envoy_secret(secret: ir.Secret) -> Any:
     out = secret_pb2.Secret(name=secret.name)
     if isinstance(secret, ir.TrustedCA):
         out.validation_context.trusted_ca.inline_string = secret.pem
+    elif isinstance(secret, ir.GenericSecret):
+        out.generic_secret.secret.inline_string = secret.value
     else:
         out.tls_certificate.certificate_chain.inline_string = secret.certificate_chain
         out.tls_certificate.private_key.inline_string = secret.private_key
