@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import ValidationError
@@ -331,6 +331,10 @@ class Assembler:
     def problem(self, *problems: Problem) -> None:
         self._problems.extend(problems)
 
+    def count(self) -> int:
+        """How many problems are recorded so far (a position in :meth:`problems`)."""
+        return len(self._problems)
+
     def unknown(self, doc: Document, file: str) -> None:
         """Count a document of a kind weir does not read (``doc.unknown`` is set)."""
         assert doc.unknown is not None
@@ -366,7 +370,8 @@ class Assembler:
             out[entry.index] = unknown_kind_problem(
                 api_version, kind, entry.file, entry.line, entry.label, entry.count
             )
-        return [p for p in out if p is not None]
+        assert all(p is not None for p in out)  # each kind's placeholder is filled above
+        return cast(list[Problem], out)
 
 
 @dataclass

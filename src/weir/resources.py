@@ -10,6 +10,7 @@ arrived.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,11 @@ from weir.api.meta import KubeObject, ObjectKey
 from weir.api.xbackend_v1alpha1 import XBackend
 
 T = TypeVar("T", bound=KubeObject)
+
+
+def _order(obj: KubeObject) -> tuple[str, str]:
+    """Where an object sorts among its kind (and in :attr:`Resources.objects` iteration)."""
+    return (obj.namespace, obj.name)
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,49 @@ class Resources:
             objects=MappingProxyType(by_key),
             _by_kind=MappingProxyType({k: tuple(v) for k, v in by_kind.items()}),
             _slices_by_service=MappingProxyType({k: tuple(v) for k, v in slices.items()}),
+        )
+
+    def with_changes(
+        self, upserts: Mapping[ObjectKey, KubeObject], removed: Iterable[ObjectKey]
+    ) -> Resources:
+        """A copy with ``upserts`` added or replacing, and ``removed`` taken out.
+
+        Equal to :meth:`from_objects` of the resulting objects, at the cost of
+        re-sorting only the kinds that changed (a single edit among 10,000
+        routes costs milliseconds, not a rebuild of every index).
+        """
+        by_key = dict(self.objects)
+        gone = set(removed)
+        for key in gone:
+            by_key.pop(key, None)
+        by_key.update(upserts)
+        kinds = {key.kind for key in gone} | {key.kind for key in upserts}
+        by_kind = dict(self._by_kind)
+        for kind in kinds:
+            ordered = list(by_kind.get(kind, ()))
+            for key in gone | upserts.keys():
+                old = self.objects.get(key)
+                if key.kind == kind and old is not None:
+                    del ordered[bisect.bisect_left(ordered, _order(old), key=_order)]
+            for key, obj in upserts.items():
+                if key.kind == kind:
+                    bisect.insort(ordered, obj, key=_order)
+            if ordered:
+                by_kind[kind] = tuple(ordered)
+            else:
+                by_kind.pop(kind, None)
+        slices: Mapping[tuple[str, str], tuple[EndpointSlice, ...]] = self._slices_by_service
+        if EndpointSlice.KIND in kinds:
+            grouped: dict[tuple[str, str], list[EndpointSlice]] = defaultdict(list)
+            for obj in by_kind.get(EndpointSlice.KIND, ()):
+                assert isinstance(obj, EndpointSlice)
+                if obj.service_name:
+                    grouped[(obj.namespace, obj.service_name)].append(obj)
+            slices = MappingProxyType({k: tuple(v) for k, v in grouped.items()})
+        return Resources(
+            objects=MappingProxyType(by_key),
+            _by_kind=MappingProxyType(by_kind),
+            _slices_by_service=slices,
         )
 
     def __len__(self) -> int:

@@ -67,6 +67,9 @@ class Snapshot:
     resources: Resources
     problems: tuple[Problem, ...]
     origins: Mapping[ObjectKey, tuple[str, int]]
+    #: Keys whose object was added, replaced or removed since the previous
+    #: snapshot (every key for the first one).
+    changed: frozenset[ObjectKey] = frozenset()
 
     @property
     def errors(self) -> tuple[Problem, ...]:
@@ -84,6 +87,21 @@ class _Cached:
     result: FileResult
 
 
+@dataclass(frozen=True)
+class _Segment:
+    """What one file contributed to the last snapshot.
+
+    ``keys``: every key its documents name, valid or not. ``alone``: the file
+    can be assembled again by itself — it was readable, named no kind weir
+    does not read, and none of its keys is named by any other document.
+    """
+
+    problems: tuple[Problem, ...]
+    served: tuple[Loaded, ...]
+    keys: frozenset[ObjectKey]
+    alone: bool
+
+
 _Fingerprint = tuple[tuple[tuple[str, bytes], ...], tuple[Problem, ...]]
 
 
@@ -96,6 +114,11 @@ class FilesProvider:
         self._paths: tuple[Path, ...] = tuple(Path(p) for p in paths)
         self._debounce_ms = max(1, int(debounce_ms))
         self._cache: dict[str, _Cached] = {}
+        # The files read last (in order), their absolute paths, and paths that went missing.
+        self._files: dict[str, Path] = {}
+        self._absolute: dict[str, str] = {}
+        self._missing: list[Problem] = []
+        self._segments: dict[str, _Segment] = {}
         self._served_by_file: dict[str, tuple[Loaded, ...]] = {}
         self._last_valid: dict[ObjectKey, KubeObject] = {}
         self._logged: set[tuple[str, str, str | None, str | None, str]] = set()
@@ -182,32 +205,23 @@ class FilesProvider:
             return self._refresh(changed)
 
     def _refresh(self, changed: set[str]) -> bool:
+        touched = self._touched_files(changed)
+        if touched is not None:
+            outcome = self._refresh_touched(touched)
+            if outcome is not None:
+                return outcome
         files, missing = manifest_files(self._paths)
+        self._files = {str(path): path for path in files}
+        self._absolute = {os.path.abspath(name): name for name in self._files}
+        self._missing = missing
         cache: dict[str, _Cached] = {}
-        reread = 0
-        for path in files:
-            name = str(path)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue  # gone between listing and stat: treat as deleted
-            stat = (st.st_mtime_ns, st.st_size, st.st_ino)
-            cached = self._cache.get(name)
-            if cached is not None and cached.stat == stat and os.path.abspath(name) not in changed:
-                cache[name] = cached
+        for name, path in list(self._files.items()):
+            entry = self._read(name, path, force=os.path.abspath(name) in changed)
+            if entry is None:  # gone between listing and stat: as if deleted
+                del self._files[name]
+                self._absolute.pop(os.path.abspath(name), None)
                 continue
-            try:
-                raw = path.read_bytes()
-            except OSError as err:
-                problem = Problem("error", name, None, None, None, f"cannot read: {err.strerror}")
-                cache[name] = _Cached(stat, b"", FileResult(name, (), problem))
-                continue
-            digest = hashlib.blake2b(raw, digest_size=16).digest()
-            if cached is not None and cached.digest == digest:
-                cache[name] = replace(cached, stat=stat)
-                continue
-            reread += 1
-            cache[name] = _Cached(stat, digest, parse_bytes(raw, name))
+            cache[name] = entry
         self._cache = cache
         fingerprint: _Fingerprint = (
             tuple((name, c.digest) for name, c in cache.items()),
@@ -216,63 +230,204 @@ class FilesProvider:
         if self._snapshot is not None and fingerprint == self._fingerprint:
             return False
         self._fingerprint = fingerprint
-        self._snapshot = self._build(missing)
-        log.debug("re-read %d file(s)", reread)
-        self._log_problems(self._snapshot.problems)
-        log.info(
-            "serving %d objects from %d files (%d errors, %d warnings)",
-            len(self._snapshot.resources),
-            len(cache),
-            len(self._snapshot.errors),
-            len(self._snapshot.warnings),
-        )
+        self._publish(self._build(missing))
         return True
 
+    def _refresh_touched(self, touched: list[str]) -> bool | None:
+        """Read only ``touched`` files; ``None`` when that is not enough (a file is gone, say)."""
+        entries: dict[str, _Cached] = {}
+        for name in touched:
+            entry = self._read(name, self._files[name], force=True)
+            if entry is None:
+                return None  # deleted: the folders are listed again
+            entries[name] = entry
+        edited = {name for name, entry in entries.items() if entry.digest != self._cache[name].digest}
+        self._cache.update(entries)
+        if not edited:
+            return False
+        self._fingerprint = None  # the next full read publishes whatever it finds
+        self._publish(self._build_edited(edited) or self._build(self._missing))
+        return True
+
+    def _read(self, name: str, path: Path, *, force: bool) -> _Cached | None:
+        """The file's cache entry, parsed again only if its bytes changed; ``None`` if it is gone."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        stat = (st.st_mtime_ns, st.st_size, st.st_ino)
+        cached = self._cache.get(name)
+        if cached is not None and cached.stat == stat and not force:
+            return cached
+        try:
+            raw = path.read_bytes()
+        except OSError as err:
+            problem = Problem("error", name, None, None, None, f"cannot read: {err.strerror}")
+            return _Cached(stat, b"", FileResult(name, (), problem))
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        if cached is not None and cached.digest == digest:
+            return replace(cached, stat=stat)
+        log.debug("reading %s", name)
+        return _Cached(stat, digest, parse_bytes(raw, name))
+
+    def _publish(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._log_problems(snapshot.problems)
+        log.info(
+            "serving %d objects from %d files (%d errors, %d warnings)",
+            len(snapshot.resources),
+            len(self._cache),
+            len(snapshot.errors),
+            len(snapshot.warnings),
+        )
+
+    def _touched_files(self, changed: set[str]) -> list[str] | None:
+        """The files read last time among ``changed``, when no other can have changed; else ``None``.
+
+        Watching names every path that changed. Edits and replacements (an
+        editor's rename over the file) of files read last time need only
+        those files read again; a path weir has not read (a new file, a
+        folder) may change which files there are, so the folders are listed
+        again. Hidden paths never hold manifests.
+        """
+        if not changed or self._snapshot is None:
+            return None
+        touched: list[str] = []
+        for path in changed:
+            name = self._absolute.get(path)
+            if name is not None:
+                touched.append(name)
+            elif not os.path.basename(path).startswith("."):
+                return None
+        return touched
+
     def _build(self, missing: list[Problem]) -> Snapshot:
+        """Assemble every file (in order) into a snapshot, with the checks that span files."""
         asm = Assembler()
         asm.problem(*missing)
         served: list[Loaded] = []
         served_by_file: dict[str, tuple[Loaded, ...]] = {}
+        spans: dict[str, tuple[int, int, frozenset[ObjectKey], bool]] = {}
+        named: dict[ObjectKey, int] = {}
         for file, cached in self._cache.items():
-            result = cached.result
-            from_file: list[Loaded] = []
-            if result.fatal is not None:
-                # Unreadable now: keep serving what this file served last time.
-                kept = self._served_by_file.get(file, ())
-                fatal = result.fatal
-                if kept:
-                    fatal = replace(fatal, message=f"{fatal.message}: {KEPT_FILE}")
-                asm.problem(fatal)
-                for loaded in kept:
-                    if asm.claim(loaded.object.key, loaded.file, loaded.line):
-                        from_file.append(loaded)
-            else:
-                for doc in result.documents:
-                    if doc.unknown is not None:
-                        asm.unknown(doc, file)
-                        continue
-                    if doc.key is not None and not asm.claim(doc.key, file, doc.line, doc.label):
-                        continue
-                    if doc.loaded is not None:
-                        asm.problem(*doc.problems)
-                        from_file.append(doc.loaded)
-                        continue
-                    last = self._last_valid.get(doc.key) if doc.key is not None else None
-                    if last is None:  # never valid: skipped
-                        asm.problem(*doc.problems)
-                        continue
-                    asm.problem(*(replace(p, message=f"{p.message}: {KEPT_OBJECT}") for p in doc.problems))
-                    from_file.append(Loaded(last, file, doc.line))
+            start = asm.count()
+            from_file = self._assemble_file(asm, file, cached.result)
+            keys = [doc.key for doc in cached.result.documents if doc.key is not None]
+            for key in keys:
+                named[key] = named.get(key, 0) + 1
+            alone = cached.result.fatal is None and all(d.unknown is None for d in cached.result.documents)
+            spans[file] = (start, asm.count(), frozenset(keys), alone)
             served_by_file[file] = tuple(from_file)
             served.extend(from_file)
-
+        problems = asm.problems()
+        self._segments = {
+            file: _Segment(
+                tuple(problems[start:stop]),
+                served_by_file[file],
+                keys,
+                alone and all(named[key] == 1 for key in keys),
+            )
+            for file, (start, stop, keys, alone) in spans.items()
+        }
         # Forget what is no longer served: a deleted object that comes back invalid was never valid.
         self._served_by_file = served_by_file
         self._last_valid = {loaded.object.key: loaded.object for loaded in served}
+        resources = Resources.from_objects(loaded.object for loaded in served)
         return Snapshot(
-            resources=Resources.from_objects(loaded.object for loaded in served),
-            problems=tuple(asm.problems()),
+            resources=resources,
+            problems=tuple(problems),
             origins=MappingProxyType({loaded.object.key: (loaded.file, loaded.line) for loaded in served}),
+            changed=self._changed_since(resources),
+        )
+
+    def _build_edited(self, edited: set[str]) -> Snapshot | None:
+        """The snapshot after ``edited`` files changed, assembling only them; ``None`` if it cannot be.
+
+        It can when each file could be assembled alone before and still
+        can, naming the same keys: then no claim of another file, no
+        duplicate and no count of unknown kinds can differ, and the result
+        equals :meth:`_build`'s (a test holds the two to that).
+        """
+        assert self._snapshot is not None
+        segments = dict(self._segments)
+        upserts: dict[ObjectKey, KubeObject] = {}
+        removed: set[ObjectKey] = set()
+        origins = dict(self._snapshot.origins)
+        for file in edited:
+            before = self._segments.get(file)
+            result = self._cache[file].result
+            if before is None or not before.alone or result.fatal is not None:
+                return None
+            keys = [doc.key for doc in result.documents if doc.key is not None]
+            if any(doc.unknown is not None for doc in result.documents):
+                return None
+            if len(keys) != len(set(keys)) or frozenset(keys) != before.keys:
+                return None
+            asm = Assembler()
+            from_file = tuple(self._assemble_file(asm, file, result))
+            segments[file] = _Segment(tuple(asm.problems()), from_file, before.keys, True)
+            for loaded in before.served:
+                removed.add(loaded.object.key)
+                origins.pop(loaded.object.key, None)
+            for loaded in from_file:
+                upserts[loaded.object.key] = loaded.object
+                origins[loaded.object.key] = (loaded.file, loaded.line)
+        for file in edited:
+            self._served_by_file[file] = segments[file].served
+        for key in removed - upserts.keys():
+            self._last_valid.pop(key, None)
+        self._last_valid.update(upserts)
+        self._segments = segments
+        previous = self._snapshot.resources
+        resources = previous.with_changes(upserts, removed - upserts.keys())
+        problems = [*self._missing]
+        for segment in segments.values():
+            problems.extend(segment.problems)
+        changed = frozenset(
+            key for key in removed | upserts.keys() if previous.objects.get(key) is not upserts.get(key)
+        )
+        return Snapshot(resources, tuple(problems), MappingProxyType(origins), changed)
+
+    def _assemble_file(self, asm: Assembler, file: str, result: FileResult) -> list[Loaded]:
+        """Add one file's documents to ``asm``; the objects it serves."""
+        from_file: list[Loaded] = []
+        if result.fatal is not None:
+            # Unreadable now: keep serving what this file served last time.
+            kept = self._served_by_file.get(file, ())
+            fatal = result.fatal
+            if kept:
+                fatal = replace(fatal, message=f"{fatal.message}: {KEPT_FILE}")
+            asm.problem(fatal)
+            for loaded in kept:
+                if asm.claim(loaded.object.key, loaded.file, loaded.line):
+                    from_file.append(loaded)
+            return from_file
+        for doc in result.documents:
+            if doc.unknown is not None:
+                asm.unknown(doc, file)
+                continue
+            if doc.key is not None and not asm.claim(doc.key, file, doc.line, doc.label):
+                continue
+            if doc.loaded is not None:
+                asm.problem(*doc.problems)
+                from_file.append(doc.loaded)
+                continue
+            last = self._last_valid.get(doc.key) if doc.key is not None else None
+            if last is None:  # never valid: skipped
+                asm.problem(*doc.problems)
+                continue
+            asm.problem(*(replace(p, message=f"{p.message}: {KEPT_OBJECT}") for p in doc.problems))
+            from_file.append(Loaded(last, file, doc.line))
+        return from_file
+
+    def _changed_since(self, resources: Resources) -> frozenset[ObjectKey]:
+        if self._snapshot is None:
+            return frozenset(resources.objects)
+        before = self._snapshot.resources.objects
+        after = resources.objects
+        return frozenset(
+            [key for key, obj in after.items() if before.get(key) is not obj]
+            + [key for key in before if key not in after]
         )
 
     def _log_problems(self, problems: Sequence[Problem]) -> None:
