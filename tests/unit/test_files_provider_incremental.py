@@ -55,7 +55,9 @@ def write(path: Path, text: str, rng: random.Random) -> set[str]:
 
 def comparable(snapshot: Snapshot) -> tuple[object, ...]:
     objects = {key: obj.model_dump() for key, obj in snapshot.resources.objects.items()}
-    by_kind = {kind: [o.key for o in snapshot.resources.all(type(objs[0]))] for kind, objs in _kinds(snapshot)}
+    by_kind = {
+        kind: [o.key for o in snapshot.resources.all(type(objs[0]))] for kind, objs in _kinds(snapshot)
+    }
     return objects, by_kind, [str(p) for p in snapshot.problems], dict(snapshot.origins)
 
 
