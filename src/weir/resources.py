@@ -26,6 +26,7 @@ from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1alpha2 import TCPRoute
 from weir.api.gateway_v1beta1 import ReferenceGrant
 from weir.api.meta import KubeObject, ObjectKey
+from weir.api.weir_policies_v1alpha1 import BackendCredentialPolicy, BackendMCPPolicy
 from weir.api.xbackend_v1alpha1 import XBackend
 
 T = TypeVar("T", bound=KubeObject)
@@ -41,13 +42,18 @@ class Resources:
     """Every object by key, plus indexes. Build with :meth:`from_objects`."""
 
     objects: Mapping[ObjectKey, KubeObject] = field(default_factory=dict)
+    #: Kinds the source cannot hold at all (in a cluster: whose CRD is not installed), so that a
+    #: reference to one is ``InvalidKind`` rather than ``BackendNotFound``. Files serve every kind.
+    unserved: frozenset[str] = frozenset()
     _by_kind: Mapping[str, tuple[KubeObject, ...]] = field(default_factory=dict, repr=False)
     _slices_by_service: Mapping[tuple[str, str], tuple[EndpointSlice, ...]] = field(
         default_factory=dict, repr=False
     )
 
     @classmethod
-    def from_objects(cls, objects: Iterable[KubeObject]) -> Resources:
+    def from_objects(
+        cls, objects: Iterable[KubeObject], *, unserved: frozenset[str] = frozenset()
+    ) -> Resources:
         """Index ``objects``. A later object with the same key replaces an earlier one."""
         by_key: dict[ObjectKey, KubeObject] = {}
         for obj in objects:
@@ -61,6 +67,7 @@ class Resources:
                 slices[(obj.namespace, obj.service_name)].append(obj)
         return cls(
             objects=MappingProxyType(by_key),
+            unserved=unserved,
             _by_kind=MappingProxyType({k: tuple(v) for k, v in by_kind.items()}),
             _slices_by_service=MappingProxyType({k: tuple(v) for k, v in slices.items()}),
         )
@@ -156,6 +163,14 @@ class Resources:
     @property
     def grpc_routes(self) -> tuple[GRPCRoute, ...]:
         return self.all(GRPCRoute)
+
+    @property
+    def backend_credential_policies(self) -> tuple[BackendCredentialPolicy, ...]:
+        return self.all(BackendCredentialPolicy)
+
+    @property
+    def backend_mcp_policies(self) -> tuple[BackendMCPPolicy, ...]:
+        return self.all(BackendMCPPolicy)
 
     def namespace(self, name: str) -> Namespace | None:
         return self.get(Namespace, "", name)

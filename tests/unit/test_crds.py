@@ -17,7 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from weir.api import cel, crds, weir_v1alpha1, xbackend_v1alpha1
+from weir.api import cel, crds, weir_policies_v1alpha1, weir_v1alpha1, xbackend_v1alpha1
 from weir.cli import app
 
 runner = CliRunner()
@@ -83,7 +83,7 @@ UPSTREAM_RULES: list[tuple[str, str, str]] = [
 
 @pytest.fixture(scope="module")
 def documents() -> list[dict[str, Any]]:
-    result = runner.invoke(app, ["crds"])
+    result = runner.invoke(app, ["crds", "--xbackend"])
     assert result.exit_code == 0, result.output
     return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
 
@@ -225,7 +225,15 @@ def _conforms(value: Any, schema: dict[str, Any]) -> bool:
     return True
 
 
-@pytest.mark.parametrize("name", ["xbackends.gateway.networking.x-k8s.io", "gatewayclassconfigs.weir.dev"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "xbackends.gateway.networking.x-k8s.io",
+        "gatewayclassconfigs.weir.dev",
+        "backendcredentialpolicies.weir.dev",
+        "backendmcppolicies.weir.dev",
+    ],
+)
 def test_schema_is_structural(documents: list[dict[str, Any]], name: str) -> None:
     (doc,) = [d for d in documents if d["metadata"]["name"] == name]
     (version,) = doc["spec"]["versions"]
@@ -334,7 +342,12 @@ def test_a_valid_manifest_fits_the_schema(schema: dict[str, Any]) -> None:
 
 def test_only_complete_models_get_a_crd() -> None:
     """weir's Gateway API models hold the fields weir reads; a CRD made of them would prune the rest."""
-    assert [r.model for r in crds.CRDS] == [xbackend_v1alpha1.XBackend, weir_v1alpha1.GatewayClassConfig]
+    assert [r.model for r in crds.CRDS] == [
+        xbackend_v1alpha1.XBackend,
+        weir_v1alpha1.GatewayClassConfig,
+        weir_policies_v1alpha1.BackendCredentialPolicy,
+        weir_policies_v1alpha1.BackendMCPPolicy,
+    ]
     assert typing.get_type_hints(xbackend_v1alpha1.XBackend)["spec"] is xbackend_v1alpha1.XBackendSpec
 
 

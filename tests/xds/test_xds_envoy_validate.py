@@ -42,6 +42,8 @@ def _with_real_secrets(the_ir: ir.IR) -> ir.IR:
     for secret in the_ir.secrets:
         if isinstance(secret, ir.TrustedCA):
             secrets.append(dataclasses.replace(secret, pem=ca_pem))
+        elif isinstance(secret, ir.GenericSecret):
+            secrets.append(secret)  # any text is a valid credential
         else:
             secrets.append(dataclasses.replace(secret, certificate_chain=chain, private_key=key))
     return dataclasses.replace(the_ir, secrets=tuple(secrets))

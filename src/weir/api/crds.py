@@ -15,9 +15,10 @@ API server requires (https://kubernetes.io/docs/tasks/extend-kubernetes/custom-r
 * no titles or descriptions (weir's docstrings are about weir, not the API).
 
 Only kinds whose model is complete get a CRD: XBackend, and weir's own
-GatewayClassConfig. weir's models of the standard Gateway API kinds hold only
-the fields weir reads, and a CRD made from them would prune the rest; install
-those from the Gateway API release.
+GatewayClassConfig, BackendCredentialPolicy and BackendMCPPolicy. weir's
+models of the standard Gateway API kinds hold only the fields weir reads,
+and a CRD made from them would prune the rest; install those from the
+Gateway API release.
 
 Where a model checks a value with a Python validator instead of a declared
 constraint (GatewayClassConfig's CIDRs, IP addresses and duration, which get
@@ -38,10 +39,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from weir.api import weir_v1alpha1, xbackend_v1alpha1
+from weir.api import weir_policies_v1alpha1, weir_v1alpha1, xbackend_v1alpha1
 from weir.api.meta import KubeObject
 
-__all__ = ["CRDS", "CustomResource", "crd", "openapi_schema", "render"]
+__all__ = ["CRDS", "CustomResource", "crd", "for_cluster", "openapi_schema", "render"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,16 @@ CRDS: tuple[CustomResource, ...] = (
         weir_v1alpha1.GatewayClassConfig,
         plural="gatewayclassconfigs",
         schema_constraints=_GATEWAY_CLASS_CONFIG_CONSTRAINTS,
+    ),
+    CustomResource(
+        weir_policies_v1alpha1.BackendCredentialPolicy,
+        plural="backendcredentialpolicies",
+        categories=("weir", "gateway-api-policies"),
+    ),
+    CustomResource(
+        weir_policies_v1alpha1.BackendMCPPolicy,
+        plural="backendmcppolicies",
+        categories=("weir", "gateway-api-policies"),
     ),
 )
 
@@ -239,6 +250,19 @@ def crd(resource: CustomResource) -> dict[str, Any]:
             "versions": [version],
         },
     }
+
+
+def for_cluster(*, xbackend: bool = False) -> tuple[CustomResource, ...]:
+    """The CRDs ``weir crds`` prints: weir's own (``weir.dev``) always, XBackend only when asked.
+
+    The Gateway API experimental channel (``experimental-install.yaml``, v1.6 and later)
+    installs XBackend's CRD under the same name, ``xbackends.gateway.networking.x-k8s.io``.
+    Applying weir's copy as well would make the two installs fight over one object (each
+    apply replacing the other's schema, annotations and field ownership), so a kind that
+    comes from a Gateway API release (:attr:`CustomResource.channel`) is printed only for a
+    cluster that installs the standard channel alone.
+    """
+    return tuple(r for r in CRDS if xbackend or r.channel is None)
 
 
 def render(resources: Iterable[CustomResource] = CRDS) -> str:

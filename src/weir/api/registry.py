@@ -11,6 +11,7 @@ from weir.api import (
     gateway_v1_tlsroute,
     gateway_v1alpha2,
     gateway_v1beta1,
+    weir_policies_v1alpha1,
     weir_v1alpha1,
     xbackend_v1alpha1,
 )
@@ -32,6 +33,8 @@ MODELS: tuple[type[KubeObject], ...] = (
     gateway_v1beta1.ReferenceGrant,
     xbackend_v1alpha1.XBackend,
     gateway_v1_backendtlspolicy.BackendTLSPolicy,
+    weir_policies_v1alpha1.BackendCredentialPolicy,
+    weir_policies_v1alpha1.BackendMCPPolicy,
     gateway_v1_grpcroute.GRPCRoute,
 )
 

@@ -82,6 +82,8 @@ def translate(resources: Resources, settings: Settings) -> Translation:
     _apply_egress_policy(resources, settings, classes, gateways, resolver, table)
     statuses.update(resolver.xbackend_statuses(settings.controller_name))
     statuses.update(resolver.tls_policies.statuses(settings.controller_name))
+    statuses.update(resolver.credential_policies.statuses(settings.controller_name))
+    statuses.update(resolver.mcp_policies.statuses(settings.controller_name))
 
     # socket -> family; translation of gateways gave each socket to one family (HTTP, TLS, TCP),
     # and each TLS server name on a socket to one listener.
@@ -195,6 +197,7 @@ def _apply_egress_policy(
         for ref in (upstream.tls.trusted_ca, upstream.tls.client_certificate)
         if ref is not None
     }
+    in_use |= {u.credential.secret for u in table.upstreams.values() if u.credential is not None}
     for secret_name in orphans - in_use:
         table.secrets.pop(secret_name, None)
     for by_domain in [lc.routes for ctx in gateways for lc in ctx.listeners]:

@@ -25,7 +25,9 @@ from weir.resources import Resources
 from weir.translate import egress, tls
 from weir.translate import status as st
 from weir.translate.backendtls import BackendTLSPolicies
+from weir.translate.credentials import CredentialPolicies
 from weir.translate.grants import reference_permitted
+from weir.translate.mcppolicy import McpPolicies
 from weir.translate.settings import Settings
 
 #: Kubernetes' standard application protocols (KEP-3726) weir acts on.
@@ -80,6 +82,8 @@ class BackendResolver:
         self._xbackends: dict[ObjectKey, XBackendVerdict] = {}
         self._xbackend_users: dict[ObjectKey, set[ObjectKey]] = defaultdict(set)
         self.tls_policies = BackendTLSPolicies(resources, settings)
+        self.credential_policies = CredentialPolicies(resources)
+        self.mcp_policies = McpPolicies(resources)
 
     def resolve(
         self,
@@ -112,6 +116,12 @@ class BackendResolver:
                 st.R_INVALID_KIND,
                 f"backendRef kind {ref.group or 'core'}/{ref.kind} is not supported; "
                 f"use a Service or a {XBACKEND_GROUP} XBackend",
+            )
+        if ref.kind in self._resources.unserved:
+            return RefFailure(
+                st.R_INVALID_KIND,
+                f"backendRef kind {ref.group}/{ref.kind} is not served by this cluster (its CRD is not "
+                "installed); install the experimental Gateway API CRDs, or refer to a Service",
             )
         if not reference_permitted(
             self._resources,
@@ -162,6 +172,9 @@ class BackendResolver:
                 st.R_BACKEND_NOT_FOUND,
                 f"Service {namespace}/{ref.name} has no port {ref.port} (its ports: {have})",
             )
+        applied_credential = None  # raw bytes (TCPRoute, TLSRoute) carry no headers
+        if route_kind not in RAW_ROUTE_KINDS:
+            applied_credential = self.credential_policies.for_service_port(svc, port, gateways)
         applied = self.tls_policies.for_port(svc, port, gateways)
         upstream_tls: ir.UpstreamTLS | None = None
         secrets: tuple[ir.Secret, ...] = ()
@@ -191,12 +204,19 @@ class BackendResolver:
             protocol, websocket = ir.UpstreamProtocol.HTTP1, True
         else:
             protocol = ir.UpstreamProtocol.AUTO if upstream_tls is not None else ir.UpstreamProtocol.HTTP1
+        credential: ir.CredentialInjection | None = None
+        if applied_credential is not None:
+            if applied_credential.injection is None or applied_credential.secret is None:
+                return Resolved(None)  # the policy says why; never without the credential
+            credential = applied_credential.injection
+            secrets = (*secrets, applied_credential.secret)
         upstream = ir.Upstream(
             name=name,
             destination=ir.StaticEndpoints(self._endpoints(svc, port)),
             protocol=protocol,
             tls=upstream_tls,
             websocket=websocket,
+            credential=credential,
         )
         return Resolved(upstream, secrets, streaming=websocket)
 
@@ -264,13 +284,41 @@ class BackendResolver:
                 "use a TCPRoute on a TCP listener",
             )
         self._xbackend_users[xb.key].update(gateways)
+        # The Gateways become ancestors of the policies; the verdict applies them (once per XBackend).
+        self.credential_policies.for_xbackend(xb, gateways)
+        self.mcp_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
         return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol == "MCP")
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
-            self._xbackends[xb.key] = _evaluate_xbackend(self._resources, self._settings, xb)
+            verdict = _evaluate_xbackend(self._resources, self._settings, xb)
+            self._xbackends[xb.key] = self._with_policies(xb, verdict)
         return self._xbackends[xb.key]
+
+    def _with_policies(self, xb: XBackend, verdict: XBackendVerdict) -> XBackendVerdict:
+        """``verdict`` with the BackendCredentialPolicy and BackendMCPPolicy that apply to ``xb``.
+
+        An unusable credential policy makes the XBackend unusable too (its
+        requests are answered 500, never sent without the credential); its
+        status stays its own, with a pointer to the policy.
+        """
+        upstream = verdict.upstream
+        if upstream is None:
+            return verdict
+        tools = self.mcp_policies.for_xbackend(xb)
+        if tools is not None:
+            upstream = dataclasses.replace(upstream, mcp_tools=tools)
+        applied = self.credential_policies.for_xbackend(xb)
+        if applied is None:
+            return dataclasses.replace(verdict, upstream=upstream)
+        if applied.injection is None or applied.secret is None:
+            (kind, ok, reason, message), *rest = verdict.conditions
+            policy = f"{applied.policy.KIND} {applied.policy.namespace}/{applied.policy.name}"
+            message += f". Requests to it are refused (500) until {policy} can be used: see its status"
+            return XBackendVerdict(None, (), ((kind, ok, reason, message), *rest))
+        upstream = dataclasses.replace(upstream, credential=applied.injection)
+        return XBackendVerdict(upstream, (*verdict.secrets, applied.secret), verdict.conditions)
 
     def apply_egress_policy(
         self,

@@ -4,7 +4,8 @@
 found (static addresses, or the DNS cluster extension with its c-ares
 resolver settings), the HTTP version spoken to them, the upstream HTTP
 filters that run once a host is chosen and before any connection (the egress
-guard, removal of internal headers on the way to an external hostname), and
+guard, removal of internal headers on the way to an external hostname, the
+injected credential of a ``BackendCredentialPolicy``), and
 TLS origination that always verifies the chain and a subject alt name.
 :func:`tcp_egress_cluster` is the cluster leading to the internal listener
 :data:`~weir.xds.common.TCP_EGRESS`.
@@ -30,12 +31,14 @@ from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.config.rbac.v3 import rbac_pb2
 from envoy.extensions.clusters.common.dns.v3 import dns_pb2
 from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
+from envoy.extensions.filters.http.credential_injector.v3 import credential_injector_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.extensions.http.injected_credentials.generic.v3 import generic_pb2
 from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
 from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_matcher_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
@@ -167,6 +170,7 @@ def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     An external hostname gets the egress guard (when it denies something) and
     the removal of internal headers (not a ``TCP`` one: no headers reach it,
     the filters only see the ``CONNECT`` that :data:`TCP_EGRESS` terminates);
+    an HTTP upstream with a credential gets the credential injector, last;
     the codec ends a non-empty chain. Other upstreams keep Envoy's default
     chain (the codec alone).
     """
@@ -178,10 +182,33 @@ def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     if http and (upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName)):
         strip = _packed_strip_internal_headers()
         filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))
+    if http and upstream.credential is not None:
+        filters.append(_credential_filter(upstream.credential))
     if filters:
         codec = upstream_codec_pb2.UpstreamCodec()
         filters.append(hcm_pb2.HttpFilter(name="envoy.filters.http.upstream_codec", typed_config=pack(codec)))
     return filters
+
+
+def _credential_filter(credential: ir.CredentialInjection) -> Any:
+    """The credential injector: ``credential.header`` gets the value of the SDS generic secret.
+
+    Last before the codec, after the removal of internal headers (a
+    credential header is never removed by it, whatever its name). The value
+    never appears here: the filter names the secret, which arrives over SDS
+    and can change without touching the cluster. Without the secret Envoy
+    refuses the request (401) rather than send it without the credential
+    (``allow_request_without_credential`` stays false); translation never
+    names a secret it does not provide.
+    """
+    generic = generic_pb2.Generic(credential=sds(credential.secret), header=credential.header)
+    injector = credential_injector_pb2.CredentialInjector(
+        overwrite=credential.overwrite,
+        credential=extension_pb2.TypedExtensionConfig(
+            name="envoy.http.injected_credentials.generic", typed_config=pack(generic)
+        ),
+    )
+    return hcm_pb2.HttpFilter(name="envoy.filters.http.credential_injector", typed_config=pack(injector))
 
 
 # Every external upstream carries the same few filter and DNS configurations: build

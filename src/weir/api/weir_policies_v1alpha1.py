@@ -1,0 +1,188 @@
+"""weir's backend policies, ``weir.dev/v1alpha1``: BackendCredentialPolicy and BackendMCPPolicy.
+
+Both are Gateway API policies attached to backends (GEP-713 direct policy
+attachment, ``spec.targetRefs`` to objects in the policy's own namespace):
+properties of the destination, owned by whoever owns the backend. What they
+do is in :mod:`weir.translate.credentials` and :mod:`weir.translate.mcppolicy`.
+
+A credential the gateway adds to every request it sends to the targets, so
+that applications never hold it::
+
+    apiVersion: weir.dev/v1alpha1
+    kind: BackendCredentialPolicy
+    metadata: {name: openai-key, namespace: egress}
+    spec:
+      targetRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: openai}]
+      secretRef: {name: openai, key: api-key}   # a Secret in the policy's namespace
+      header: {name: Authorization, valuePrefix: "Bearer "}   # the defaults: Authorization, no prefix
+      overwrite: true   # the default: the gateway's value replaces the client's
+
+The tools an agent may call on an MCP server (an XBackend of protocol ``MCP``)::
+
+    apiVersion: weir.dev/v1alpha1
+    kind: BackendMCPPolicy
+    metadata: {name: github-tools, namespace: egress}
+    spec:
+      targetRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: github-mcp}]
+      allowedTools: ["get_*", search_code]   # absent: every tool not denied
+      deniedTools: [get_secret]              # wins over allowedTools
+
+``targetRefs`` is the Gateway API's (1 to 16 references, with its rules on
+``sectionName``); a CEL rule limits the kinds each policy can act on, so a
+reference to anything else is refused with the object, where its author sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field, StringConstraints
+
+from weir.api.cel import CelChecked, CelModel, CelRule
+from weir.api.gateway_v1 import ParentReference
+from weir.api.gateway_v1_backendtlspolicy import TargetRefs
+from weir.api.meta import Condition, GatewayController, KubeObject, Model, ObjectName
+from weir.api.weir_v1alpha1 import API_VERSION
+from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
+
+_ATOMIC: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
+
+# ------------------------------------------------------------------ status (PolicyStatus)
+
+
+class PolicyAncestorStatus(Model):
+    """Gateway API ``PolicyAncestorStatus``: the policy's conditions as seen from one ancestor."""
+
+    ancestor_ref: ParentReference
+    controller_name: GatewayController
+    conditions: tuple[Condition, ...] = Field(
+        min_length=1,
+        max_length=8,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class PolicyStatus(Model):
+    """Gateway API ``PolicyStatus``. Read only for the CRD: status is kept as data."""
+
+    ancestors: tuple[PolicyAncestorStatus, ...] = Field(default=(), max_length=16, json_schema_extra=_ATOMIC)
+
+
+# ------------------------------------------------------------------ BackendCredentialPolicy
+
+#: The kinds a BackendCredentialPolicy acts on.
+CREDENTIAL_TARGET_KINDS = (("", "Service"), (XBACKEND_GROUP, "XBackend"))
+
+CredentialTargetRefs = Annotated[
+    TargetRefs,
+    CelRule(
+        "self.all(t, (t.group == '' && t.kind == 'Service') || "
+        f"(t.group == '{XBACKEND_GROUP}' && t.kind == 'XBackend'))",
+        f'targetRefs must be Services (group "", kind Service) or XBackends (group {XBACKEND_GROUP}, '
+        "kind XBackend)",
+    ),
+]
+
+#: A Secret key, as Kubernetes allows them.
+SecretKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+
+#: Headers Envoy manages itself, or that frame the message: a credential cannot be put there.
+RESERVED_HEADERS = (
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "upgrade",
+)
+
+#: Gateway API ``HTTPHeaderName`` (an RFC 7230 token), minus the headers of :data:`RESERVED_HEADERS`.
+CredentialHeaderName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$"),
+    CelRule(
+        "!(self.lowerAscii() in [" + ", ".join(f"'{h}'" for h in RESERVED_HEADERS) + "])",
+        "header name must not be Host, Content-Length, Transfer-Encoding, Connection, Keep-Alive, "
+        "Proxy-Connection, TE or Upgrade: Envoy sets those itself",
+    ),
+]
+
+
+class SecretKeyReference(Model):
+    """A key of a Secret in the policy's namespace."""
+
+    name: ObjectName
+    key: SecretKey
+
+
+class CredentialHeader(Model):
+    """Where the credential goes: header ``name``, value ``valuePrefix`` + the Secret's value."""
+
+    name: CredentialHeaderName = "Authorization"
+    #: Printable ASCII; it may end with a space (``Bearer ``) but not start with one.
+    value_prefix: (
+        Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[!-~][ -~]*$")] | None
+    ) = None
+
+
+class BackendCredentialPolicySpec(Model):
+    target_refs: CredentialTargetRefs
+    secret_ref: SecretKeyReference
+    header: CredentialHeader = Field(default_factory=CredentialHeader)
+    overwrite: bool = Field(default=True, strict=True)
+
+
+class BackendCredentialPolicy(CelChecked, KubeObject):
+    """A credential (from a Secret) that the gateway adds to every request to the targets."""
+
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "BackendCredentialPolicy"
+    #: The schema of ``status`` in the CRD.
+    STATUS: ClassVar[type[Model]] = PolicyStatus
+
+    spec: BackendCredentialPolicySpec
+
+
+# ------------------------------------------------------------------ BackendMCPPolicy
+
+McpTargetRefs = Annotated[
+    TargetRefs,
+    CelRule(
+        f"self.all(t, t.group == '{XBACKEND_GROUP}' && t.kind == 'XBackend')",
+        f"targetRefs must be XBackends (group {XBACKEND_GROUP}, kind XBackend) of protocol MCP",
+    ),
+]
+
+#: An MCP tool name (SEP-986, the MCP specification since 2025-11-25: 1 to 128 of ``A-Z a-z 0-9
+#: _ - .``), in which ``*`` stands for any run of characters.
+ToolPattern = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._*-]+$")]
+
+
+class BackendMCPPolicySpec(CelModel):
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "has(self.allowedTools) || has(self.deniedTools)",
+            "set allowedTools, deniedTools or both",
+        ),
+    )
+
+    target_refs: McpTargetRefs
+    #: Absent: every tool that is not denied. To refuse every tool, deny ``*``.
+    allowed_tools: tuple[ToolPattern, ...] | None = Field(
+        default=None, min_length=1, max_length=64, json_schema_extra=_ATOMIC
+    )
+    denied_tools: tuple[ToolPattern, ...] | None = Field(
+        default=None, min_length=1, max_length=64, json_schema_extra=_ATOMIC
+    )
+
+
+class BackendMCPPolicy(CelChecked, KubeObject):
+    """Which tools a ``tools/call`` through the gateway may name, for the MCP XBackends targeted."""
+
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "BackendMCPPolicy"
+    STATUS: ClassVar[type[Model]] = PolicyStatus
+
+    spec: BackendMCPPolicySpec
