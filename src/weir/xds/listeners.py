@@ -3,7 +3,8 @@
 - HTTP listeners (:func:`http_listener`): one HTTP connection manager whose
   routes come over RDS under the listener's name, with its HTTP filters
   (CORS, router), JSON access log, local replies (the egress guard's 403
-  body) and path normalisation.
+  body) and path normalisation; where routes lead to MCP tool policies,
+  also their filters, gRPC access log and JSON-RPC errors (:mod:`weir.xds.mcp`).
 - TCP listeners (:func:`tcp_listener`): a TCP proxy to the backends'
   clusters, or, when an upstream is guarded, a tunnel through the internal
   listener :data:`~weir.xds.common.TCP_EGRESS` (:func:`tcp_egress_listener`).
@@ -20,6 +21,7 @@ are pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
@@ -39,6 +41,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from google.protobuf import struct_pb2, wrappers_pb2
 
 from weir import ir
+from weir.xds import mcp
 from weir.xds.common import (
     CORS_FILTER,
     EGRESS_POLICY_PREFIX,
@@ -116,24 +119,34 @@ EGRESS_DENIED_BODY = (
 # --------------------------------------------------------------------------
 
 
-def http_listener(listener: ir.Listener) -> Any:
-    """One plain-HTTP listener whose single filter chain is an HTTP connection manager."""
+def http_listener(listener: ir.Listener, *, mcp_tools: bool = False) -> Any:
+    """One plain-HTTP listener whose single filter chain is an HTTP connection manager.
+
+    ``mcp_tools``: some route reaches an upstream with an MCP tool policy (see
+    :func:`weir.xds.mcp.uses_tool_policies`).
+    """
     return listener_pb2.Listener(
         name=listener.name,
         address=socket_address(listener.address, listener.port),
         filter_chains=[
             listener_components_pb2.FilterChain(
-                filters=[_http_connection_manager(listener.name, route_config_name=listener.name)]
+                filters=[
+                    _http_connection_manager(
+                        listener.name, route_config_name=listener.name, mcp_tools=mcp_tools
+                    )
+                ]
             )
         ],
     )
 
 
-def _http_connection_manager(listener_name: str, *, route_config_name: str) -> Any:
+def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_tools: bool) -> Any:
     """The HTTP connection manager filter of an HTTP listener, or of an HTTPS server of a TLS listener.
 
     Its routes come over RDS (``route_config_name``). Over TLS, ALPN decides
-    between HTTP/2 and HTTP/1.1 (the codec follows it).
+    between HTTP/2 and HTTP/1.1 (the codec follows it). With ``mcp_tools``,
+    the filters, access log and local replies of MCP tool policies
+    (:mod:`weir.xds.mcp`), which routes enable where they apply.
     """
     hcm = hcm_pb2.HttpConnectionManager(
         # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
@@ -145,22 +158,24 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str) -> A
             # Inert unless a route carries a CORS policy (weir.xds.routes); always present, so
             # that adding the first CORS policy changes routes, not the listener.
             hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
+            # MCP tool policies: disabled, routes to an upstream with a policy enable them (weir.xds.mcp).
+            *(mcp.http_filters() if mcp_tools else ()),
             hcm_pb2.HttpFilter(
                 name="envoy.filters.http.router",
                 typed_config=pack(
                     router_pb2.Router(
                         # No x-envoy-* headers on requests leaving, nor on responses.
                         suppress_envoy_headers=True,
-                        # No per-response-code and timing statistics per cluster (and again
-                        # per "internal"/"external" client): the access log has each
-                        # request's code and duration, and weir uses neither. About 4% of
-                        # Envoy's CPU per request (docs/performance.md, "Data path").
-                        dynamic_stats=wrappers_pb2.BoolValue(value=False),
+                        # Dynamic stats stay on: /metrics reads each cluster's responses by
+                        # class (upstream_rq_<N>xx, weir.telemetry). The bootstrap's inclusion
+                        # list drops the rest (per code, internal/external, timings); so they
+                        # cost nothing measurable (lever "dynamic-stats", 0.99 of Envoy's CPU
+                        # per request: bench/results/dataplane-levers-dynamic-stats.json).
                     )
                 ),
             ),
         ],
-        access_log=[_access_log()],
+        access_log=[_access_log(), *([mcp.access_log()] if mcp_tools else [])],
         # The listener faces clients directly: trust the peer address, not a
         # client-supplied x-forwarded-for, for x-forwarded-for and "internal".
         use_remote_address=wrappers_pb2.BoolValue(value=True),
@@ -176,7 +191,7 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str) -> A
         path_with_escaped_slashes_action=hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT,
         # Virtual host domains carry no port; ``Host: a.example:8080`` must match ``a.example``.
         strip_any_host_port=True,
-        local_reply_config=_local_replies(),
+        local_reply_config=_local_replies(mcp_tools=mcp_tools),
         # Declared here, off: Envoy passes an upgrade on only if the connection manager knows
         # its type, and then per route; routes to WebSocket upstreams turn it on (weir.xds.routes).
         upgrade_configs=[
@@ -190,7 +205,7 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str) -> A
     )
 
 
-def _local_replies() -> Any:
+def _local_replies(*, mcp_tools: bool) -> Any:
     """Envoy's own answers, reworded where its default says too little.
 
     The egress guard (an RBAC filter on the cluster) answers ``403 RBAC:
@@ -198,6 +213,8 @@ def _local_replies() -> Any:
     the connection manager that relays that answer, selects it by its
     response code details (a CEL filter: the policy names are weir's) and
     replaces the body with one naming the upstream and the refused address.
+    The MCP tool policy's refusals become JSON-RPC errors the same way
+    (:func:`weir.xds.mcp.local_reply_mappers`).
     """
     denied = cel_pb2.ExpressionFilter(
         expression=f"response.code_details.startsWith('rbac_access_denied_matched_policy[{EGRESS_POLICY_PREFIX}')"
@@ -213,7 +230,7 @@ def _local_replies() -> Any:
         ),
         body_format_override=body,
     )
-    return hcm_pb2.LocalReplyConfig(mappers=[mapper])
+    return hcm_pb2.LocalReplyConfig(mappers=[mapper, *(mcp.local_reply_mappers() if mcp_tools else ())])
 
 
 def _access_log(fields: Mapping[str, str] = ACCESS_LOG_FORMAT) -> Any:
@@ -331,7 +348,10 @@ def tcp_egress_listener() -> Any:
 
 
 def tls_listener(
-    listener: ir.TlsListener, relays: Mapping[str, list[ir.Upstream | None]], tunnels: set[str]
+    listener: ir.TlsListener,
+    relays: Mapping[str, list[ir.Upstream | None]],
+    tunnels: set[str],
+    mcp_servers: AbstractSet[str] = frozenset(),
 ) -> Any:
     """A listener reading each connection's ClientHello, with one filter chain per HTTPS server and relay.
 
@@ -343,16 +363,22 @@ def tls_listener(
     named after the server; relays run a TCP proxy, behind a TLS
     termination when they have certificates. ``relays`` gives each relay's
     upstreams (``None``: failed to resolve); ``tunnels`` names the relays that go
-    through :data:`TCP_EGRESS` (guarded upstreams, as for TCP listeners).
-    With no entry at all, one chain without filters closes every connection
-    (Envoy needs a chain).
+    through :data:`TCP_EGRESS` (guarded upstreams, as for TCP listeners);
+    ``mcp_servers`` the HTTPS servers with routes to upstreams with MCP tool
+    policies (as ``mcp_tools`` of :func:`http_listener`). With no entry at
+    all, one chain without filters closes every connection (Envoy needs a
+    chain).
     """
     chains = []
     for server in sorted(listener.https, key=lambda x: x.name):
         chain = listener_components_pb2.FilterChain(
             name=server.name,
             filter_chain_match=_server_name_match(server.server_names),
-            filters=[_http_connection_manager(listener.name, route_config_name=server.name)],
+            filters=[
+                _http_connection_manager(
+                    listener.name, route_config_name=server.name, mcp_tools=server.name in mcp_servers
+                )
+            ],
         )
         _terminate_tls(chain, server.certificates, alpn=HTTPS_ALPN)
         chains.append(chain)

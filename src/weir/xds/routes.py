@@ -18,7 +18,7 @@ or mirror) raises :class:`ValueError`. Pure functions.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from envoy.config.core.v3 import base_pb2
@@ -29,6 +29,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from weir import ir
+from weir.xds import mcp
 from weir.xds.common import (
     CORS_FILTER,
     TCP_EGRESS,
@@ -77,15 +78,24 @@ _UNRESOLVED_CODES = {
 # --------------------------------------------------------------------------
 
 
-def route_configuration(listener: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> Any:
-    """The listener's routes. Virtual hosts are sorted: Envoy picks one by domain, not order."""
+def route_configuration(
+    listener: ir.Listener,
+    upstreams: Mapping[str, ir.Upstream],
+    *,
+    build_route: Callable[[ir.Route, Mapping[str, ir.Upstream]], Any] | None = None,
+) -> Any:
+    """The listener's routes. Virtual hosts are sorted: Envoy picks one by domain, not order.
+
+    ``build_route`` replaces :func:`envoy_route` (the build cache passes a memoised one).
+    """
+    one = build_route or _route
     return route_pb2.RouteConfiguration(
         name=listener.name,
         virtual_hosts=[
             route_components_pb2.VirtualHost(
                 name=vhost.name,
                 domains=sorted(vhost.domains),
-                routes=[_route(route, upstreams) for route in vhost.routes],
+                routes=[one(r, upstreams) for r in vhost.routes],
             )
             for vhost in sorted(listener.virtual_hosts, key=lambda v: v.name)
         ],
@@ -127,8 +137,9 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     action = out.route
     # Always explicit, 0 included (Envoy: no limit). The idle timeout of the
     # route replaces the connection manager's stream idle timeout. No filter
-    # on the way (router; on clusters, header-only ones) buffers bodies, so
-    # responses, event streams included, are passed on as they arrive.
+    # on the way (router; on clusters, header-only ones) buffers response
+    # bodies (the MCP tool policy reads requests only), so responses, event
+    # streams included, are passed on as they arrive.
     if route.action.request_timeout_ms < 0 or route.action.idle_timeout_ms < 0:
         raise ValueError(f"route {route.name!r}: negative timeout")
     action.timeout.CopyFrom(duration_ms(route.action.request_timeout_ms))
@@ -143,9 +154,13 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     if rewrite_host is not None:
         action.host_rewrite_literal = rewrite_host
     own_edits = any(b.request_headers is not None or b.response_headers is not None for b in backends)
+    # MCP tool policies apply to the share of requests whose destination (or a mirror) has one.
+    mirrored = [upstreams.get(m.upstream) for m in forward.mirrors]
     if len(backends) == 1 and not own_edits:
         upstream = chosen[0]
         action.cluster = cluster_name(upstream)
+        for name, config in mcp.per_filter_config(upstream, mirrored).items():
+            out.typed_per_filter_config[name].CopyFrom(config)
         if upstream is not None and upstream.host_header is not None:
             # The route's own Host rewrite, if any, wins over the external hostname.
             action.host_rewrite_literal = rewrite_host or upstream.host_header
@@ -160,7 +175,13 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
             weight.host_rewrite_literal = rewrite_host or upstream.host_header
             weight.request_headers_to_remove.extend(EXTERNAL_REQUEST_HEADERS_TO_REMOVE)
         _weighted_edits(weight, route, backends, backend)
+        for name, config in mcp.per_filter_config(upstream, mirrored).items():
+            weight.typed_per_filter_config[name].CopyFrom(config)
     return out
+
+
+#: One IR route as an Envoy route (what :func:`route_configuration` builds each route with).
+envoy_route = _route
 
 
 def _weighted_edits(

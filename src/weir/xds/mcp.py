@@ -1,0 +1,507 @@
+"""MCP tool policies in Envoy: the tool allow-list filters, their refusals and their access log.
+
+Part of :mod:`weir.xds.build`, and the only module that knows how Envoy reads
+MCP. An upstream with :attr:`weir.ir.Upstream.mcp_tools` (an XBackend of
+protocol ``MCP`` under a ``BackendMCPPolicy``) is served like this:
+
+* **Parsing.** Envoy's MCP filter (:data:`MCP_FILTER`) reads the JSON-RPC
+  body of each ``POST`` on the way in and writes what it found into the
+  request's dynamic metadata, namespace :data:`MCP_METADATA`: ``method``,
+  ``id`` (number or string, as sent), ``params.name`` for ``tools/call``,
+  ``is_mcp_request``, and ``is_exceeding_limit`` when the body was larger
+  than it reads (:data:`MAX_INSPECTED_BODY`). A JSON-RPC response from the
+  client gets the method ``__jsonrpc_response``; a body that is not one
+  JSON-RPC 2.0 message (a batch, invalid JSON, ``"jsonrpc": "1.0"``), or a
+  ``POST`` without ``Accept: application/json, text/event-stream``, gets no
+  ``method``. Escapes are decoded (``"r\\u006d"`` is ``rm``); of duplicate
+  keys the last counts, as in Python's, JavaScript's and Go's parsers. Only
+  the request is read: responses, ``text/event-stream`` ones included, pass
+  as they arrive.
+* **Refusing.** An RBAC filter (:data:`TOOLS_FILTER`) then denies, by that
+  metadata, a ``tools/call`` naming a tool the policy does not allow, and
+  fails closed on what it cannot judge: a ``tools/call`` without a string
+  name, one larger than :data:`MAX_INSPECTED_BODY` (past it a second
+  ``params`` could name another tool), and any request with a body it could
+  not read (a ``POST`` without a ``method``; ``GET``, ``HEAD``, ``DELETE``
+  and ``OPTIONS`` carry no JSON-RPC message and pass). Other methods pass.
+* **Where.** Envoy 1.40 registers the MCP filter only in the connection
+  manager, not as an upstream (cluster) filter, and the refusal must be
+  decided from its metadata, so both filters are in the connection manager,
+  disabled (:func:`http_filters`), and each route enables them where a
+  request goes to an upstream with a policy (:func:`per_filter_config`): on
+  the route, or on the weighted cluster of that upstream only, so each
+  backend of a split keeps its own policy (a request mirror's policy
+  applies too: the mirror receives the same request). Routes without one
+  never run them. Only the connection managers of listeners (and HTTPS
+  servers) with such routes have them (:func:`uses_tool_policies`): Envoy
+  1.40 marks its MCP filter work in progress (not covered by Envoy's threat
+  model; the end-to-end tests pin the behaviour weir relies on) and warns
+  each time it loads it, and other listeners pay nothing. The price: the first policy on a
+  listener, and the removal of its last, change the listener, whose open
+  connections Envoy then drains (changes to policies in between only
+  change routes).
+* **Answering.** RBAC answers ``403 RBAC: access denied``, which an MCP
+  client cannot match to its request. The connection manager's local reply
+  mappers (:func:`local_reply_mappers`) select weir's refusals by their
+  policy name in the response code details and answer as the MCP server
+  itself would answer a call for a tool it does not have: HTTP 200,
+  ``Content-Type: application/json``, a JSON-RPC error carrying the
+  request's ``id``, code ``-32602`` (Invalid params, what the MCP
+  specification gives for an unknown tool), a message naming the tool and
+  the XBackend, and ``data`` with the same facts for programs. A client
+  reports that as the error of that call whatever it does with HTTP
+  errors; the ``mcp`` SDK (2.3) raises ``MCPError`` with the code and
+  message. A 403 carrying the same body would reach that SDK as well, but
+  a client that does not read bodies at an error status (the same SDK,
+  for a body that is not JSON) reports a transport failure ("Server
+  returned an error response") instead of the refusal. The codes of the
+  -32000 range are taken by SDKs (-32000 connection closed, -32001 request
+  timeout). A body that could not be read has no ``id`` to answer: it gets
+  400, as the streamable HTTP transport prescribes for input a server
+  cannot accept, with a JSON-RPC error whose ``id`` is null (the SDK gives
+  it its request's id).
+* **Counting.** Each ``tools/call`` and each refusal is also sent to weir
+  by gRPC access log (:func:`access_log`, served by
+  :mod:`weir.xds.accesslog`), which counts calls, refusals, errors and
+  durations per XBackend and tool. Its filter only passes requests carrying
+  that metadata, which only the enabled filters write: other traffic pays
+  two metadata lookups and sends nothing. Entries name their upstream in a
+  tag (:data:`UPSTREAM_TAG`): Envoy's own field is empty for a request
+  that never reached a host.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import re2
+from envoy.config.accesslog.v3 import accesslog_pb2
+from envoy.config.core.v3 import config_source_pb2, grpc_service_pb2
+from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
+from envoy.config.rbac.v3 import rbac_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
+from envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from envoy.extensions.filters.http.mcp.v3 import mcp_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm_pb2,
+)
+from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2, value_pb2
+from envoy.type.tracing.v3 import custom_tag_pb2
+from google.protobuf import struct_pb2, wrappers_pb2
+
+from weir import ir
+from weir.xds.common import duration_ms, pack
+
+#: Envoy's MCP filter: its name in the connection manager, and the namespace of the metadata it writes.
+MCP_FILTER = "envoy.filters.http.mcp"
+MCP_METADATA = "envoy.filters.http.mcp"
+
+#: The RBAC filter that refuses tool calls; its decisions are in the metadata namespace
+#: :data:`RBAC_METADATA` (``enforced_engine_result``: ``allowed`` or ``denied``).
+TOOLS_FILTER = "weir.mcp_tools"
+RBAC_METADATA = "envoy.filters.http.rbac"
+
+#: How much of a request body the MCP filter reads: Envoy's default buffer limit
+#: of a connection (1 MiB). A ``tools/call`` larger than this is refused.
+MAX_INSPECTED_BODY = 1 << 20
+
+#: The RBAC policies of :data:`TOOLS_FILTER`; the refusal's response code details read
+#: ``rbac_access_denied_matched_policy[NAME]``. When several match, Envoy names the
+#: first in this (alphabetical) order: a body too large to judge is reported as such
+#: whatever tool it seemed to name, a name that is not a string as such.
+POLICY_TOO_LARGE = "weir-mcp-too-large"
+POLICY_DENIED = "weir-mcp-tool-denied"
+POLICY_NOT_ALLOWED = "weir-mcp-tool-not-allowed"
+POLICY_UNNAMED = "weir-mcp-tool-name-invalid"
+POLICY_UNREADABLE = "weir-mcp-unreadable"
+
+#: Prefix shared by every policy name above (and by nothing else weir names).
+POLICY_PREFIX = "weir-mcp-"
+
+#: The JSON-RPC error codes of the refusals.
+INVALID_PARAMS = -32602
+INVALID_REQUEST = -32600
+
+#: The ``log_name`` of the gRPC access log, as :mod:`weir.xds.accesslog` receives it.
+ACCESS_LOG_NAME = "weir-mcp-tools"
+
+#: The access log entry's tag naming the request's upstream cluster. The entry's own
+#: ``upstream_cluster`` is only set once a host was chosen: not for a refused request, nor
+#: for one whose upstream had no healthy host.
+UPSTREAM_TAG = "upstream_cluster"
+
+#: How long Envoy gathers access log entries before sending them (or until 16 KiB).
+ACCESS_LOG_FLUSH_MS = 500
+
+#: Envoy refuses a regular expression whose RE2 program is larger than this (runtime key
+#: ``re2.max_program_size.error_level``, default 100).
+MAX_REGEX_PROGRAM_SIZE = 100
+
+#: HTTP methods whose requests carry no JSON-RPC message: they pass without a ``method``.
+_BODYLESS_METHODS = ("GET", "HEAD", "DELETE", "OPTIONS")
+
+#: Any string (newlines included); numbers, booleans and objects do not match.
+_ANY_STRING = string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex="(?s).*"))
+
+_TOOL = f"%DYNAMIC_METADATA({MCP_METADATA}:params:name)%"
+_ID = f"%DYNAMIC_METADATA({MCP_METADATA}:id)%"
+_BACKEND = "%UPSTREAM_CLUSTER%"
+
+
+# --------------------------------------------------------------------------
+# The connection manager: filters, local replies, access log
+# --------------------------------------------------------------------------
+
+
+def http_filters() -> list[Any]:
+    """The MCP filter and the tool RBAC filter, both disabled until a route enables them.
+
+    They go after CORS (a preflight is answered before any of this) and before the router.
+    """
+    return list(_packed_http_filters())
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_http_filters() -> tuple[Any, Any]:
+    parser = mcp_pb2.Mcp(max_request_body_size=wrappers_pb2.UInt32Value(value=MAX_INSPECTED_BODY))
+    # No stat prefix: RBAC would put it in front of its metadata keys too. Its counters are the
+    # connection manager's ``http.<listener>.rbac.*`` (the egress guard's are per cluster).
+    tools = rbac_filter_pb2.RBAC()
+    return (
+        hcm_pb2.HttpFilter(name=MCP_FILTER, typed_config=pack(parser), disabled=True),
+        hcm_pb2.HttpFilter(name=TOOLS_FILTER, typed_config=pack(tools), disabled=True),
+    )
+
+
+def local_reply_mappers() -> list[Any]:
+    """Turn the tool RBAC filter's 403s into JSON-RPC errors (see the module's docstring)."""
+    return [
+        _mapper(
+            POLICY_TOO_LARGE,
+            200,
+            INVALID_REQUEST,
+            f"tools/call refused: the request is larger than the {MAX_INSPECTED_BODY} bytes the gateway "
+            f"reads to apply the BackendMCPPolicy of {_BACKEND}; send smaller arguments",
+        ),
+        _mapper(
+            POLICY_DENIED,
+            200,
+            INVALID_PARAMS,
+            f"tool {_TOOL} is not allowed: the BackendMCPPolicy of {_BACKEND} lists it in deniedTools",
+        ),
+        _mapper(
+            POLICY_NOT_ALLOWED,
+            200,
+            INVALID_PARAMS,
+            f"tool {_TOOL} is not allowed: the BackendMCPPolicy of {_BACKEND} does not list it in "
+            "allowedTools",
+        ),
+        _mapper(
+            POLICY_UNNAMED,
+            200,
+            INVALID_PARAMS,
+            f"tools/call refused: params.name must be a tool name (a string) for the gateway to apply "
+            f"the BackendMCPPolicy of {_BACKEND}",
+        ),
+        _mapper(
+            POLICY_UNREADABLE,
+            400,
+            INVALID_REQUEST,
+            "request refused: the gateway could not read its body as one JSON-RPC 2.0 message (a batch, "
+            "invalid JSON, or no 'Accept: application/json, text/event-stream' header), so it cannot "
+            f"apply the BackendMCPPolicy of {_BACKEND}",
+        ),
+    ]
+
+
+def _mapper(policy: str, status: int, code: int, message: str) -> Any:
+    """A local reply mapper answering the refusals of ``policy`` with a JSON-RPC error."""
+    selected = cel_pb2.ExpressionFilter(
+        expression=f"response.code_details == 'rbac_access_denied_matched_policy[{policy}]'"
+    )
+    body = struct_pb2.Struct()
+    body.update(
+        {
+            "jsonrpc": "2.0",
+            # A single command keeps the id's JSON type (number or string); null when absent.
+            "id": _ID if status == 200 else None,
+            "error": {
+                "code": code,
+                "message": message,
+                "data": {"tool": _TOOL, "backend": _BACKEND, "refusedBy": "%RESPONSE_CODE_DETAILS%"},
+            },
+        }
+    )
+    return hcm_pb2.ResponseMapper(
+        filter=accesslog_pb2.AccessLogFilter(
+            extension_filter=accesslog_pb2.ExtensionFilter(
+                name="envoy.access_loggers.extension_filters.cel", typed_config=pack(selected)
+            )
+        ),
+        status_code=wrappers_pb2.UInt32Value(value=status),
+        body_format_override=format_pb2.SubstitutionFormatString(
+            json_format=body, content_type="application/json"
+        ),
+    )
+
+
+def access_log() -> Any:
+    """The gRPC access log of tool calls and refusals, to weir over the xDS cluster.
+
+    Its filter passes a request only when the MCP filter found a
+    ``tools/call`` in it or the tool RBAC filter refused it: both write
+    metadata only where a route enabled them. Entries carry the request's
+    dynamic metadata (method, tool, the refusal), its upstream cluster,
+    response code, flags and timings.
+    """
+    return _packed_access_log()
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_access_log() -> Any:
+    # Imported here, not at the top: weir.bootstrap may come to import what imports this module.
+    from weir.bootstrap import XDS_CLUSTER
+
+    call = _metadata_filter(MCP_METADATA, "method", "tools/call")
+    refused = _metadata_filter(RBAC_METADATA, "enforced_engine_result", "denied")
+    grpc = als_pb2.HttpGrpcAccessLogConfig(
+        common_config=als_pb2.CommonGrpcAccessLogConfig(
+            log_name=ACCESS_LOG_NAME,
+            grpc_service=grpc_service_pb2.GrpcService(
+                envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=XDS_CLUSTER)
+            ),
+            transport_api_version=config_source_pb2.V3,
+            buffer_flush_interval=duration_ms(ACCESS_LOG_FLUSH_MS),
+            custom_tags=[custom_tag_pb2.CustomTag(tag=UPSTREAM_TAG, value="%UPSTREAM_CLUSTER%")],
+        )
+    )
+    return accesslog_pb2.AccessLog(
+        name="envoy.access_loggers.http_grpc",
+        filter=accesslog_pb2.AccessLogFilter(
+            or_filter=accesslog_pb2.OrFilter(
+                filters=[accesslog_pb2.AccessLogFilter(metadata_filter=f) for f in (call, refused)]
+            )
+        ),
+        typed_config=pack(grpc),
+    )
+
+
+def _metadata_filter(namespace: str, key: str, value: str) -> Any:
+    return accesslog_pb2.MetadataFilter(
+        matcher=_metadata(namespace, (key,), value_pb2.ValueMatcher(string_match=_exact(value))),
+        # Envoy's default logs requests without the key: every request.
+        match_if_key_not_found=wrappers_pb2.BoolValue(value=False),
+    )
+
+
+# --------------------------------------------------------------------------
+# Routes: enabling the filters where a request goes to a policy's upstream
+# --------------------------------------------------------------------------
+
+
+def uses_tool_policies(virtual_hosts: Iterable[ir.VirtualHost], upstreams: Mapping[str, ir.Upstream]) -> bool:
+    """Whether a route of ``virtual_hosts`` sends (or mirrors) requests to an upstream with a tool policy.
+
+    Reads only the upstreams the routes name (the build cache tracks those reads).
+    """
+    for vhost in virtual_hosts:
+        for route in vhost.routes:
+            if not isinstance(route.action, ir.Forward):
+                continue
+            names = [b.upstream for b in route.action.backends] + [m.upstream for m in route.action.mirrors]
+            for name in names:
+                upstream = upstreams.get(name) if name is not None else None
+                if upstream is not None and upstream.mcp_tools is not None:
+                    return True
+    return False
+
+
+def per_filter_config(
+    destination: ir.Upstream | None, mirrors: Iterable[ir.Upstream | None] = ()
+) -> dict[str, Any]:
+    """``typed_per_filter_config`` of a route (or weighted cluster) sending requests to ``destination``.
+
+    ``mirrors`` receive copies of the same requests, so their policies count
+    too (``None``, a backend that failed to resolve, counts for nothing).
+    Empty when none of them has a tool policy; otherwise the MCP filter is
+    enabled, and the tool RBAC filter when some policy restricts anything
+    (an empty policy only counts calls).
+    """
+    upstreams = (destination, *mirrors)
+    policies = tuple(u.mcp_tools for u in upstreams if u is not None and u.mcp_tools is not None)
+    if not policies:
+        return {}
+    out = {MCP_FILTER: _packed_enabled()}
+    if any(p.allowed or p.denied for p in policies):
+        out[TOOLS_FILTER] = _packed_route_rules(policies)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _packed_enabled() -> Any:
+    # Envoy refuses an empty FilterConfig ({disabled: false} is one): the route enables the
+    # filter by configuring it, with the same limit as the connection manager's.
+    override = mcp_pb2.McpOverride(max_request_body_size=wrappers_pb2.UInt32Value(value=MAX_INSPECTED_BODY))
+    return pack(route_components_pb2.FilterConfig(config=pack(override)))
+
+
+@functools.lru_cache(maxsize=256)
+def _packed_route_rules(policies: tuple[ir.McpToolPolicy, ...]) -> Any:
+    return pack(rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=tool_rules(policies))))
+
+
+def tool_rules(policies: Sequence[ir.McpToolPolicy]) -> Any:
+    """The DENY rules of :data:`TOOLS_FILTER` for requests that every one of ``policies`` governs.
+
+    A tool is refused when any policy refuses it: a ``denied`` pattern of any
+    policy matches it, or it matches none of the ``allowed`` patterns of a
+    policy that has some.
+    """
+    call = _metadata(MCP_METADATA, ("method",), value_pb2.ValueMatcher(string_match=_exact("tools/call")))
+    rules = {
+        POLICY_TOO_LARGE: _all(
+            call, _metadata(MCP_METADATA, ("is_exceeding_limit",), value_pb2.ValueMatcher(bool_match=True))
+        ),
+        POLICY_UNNAMED: _all(call, _not(_tool(_ANY_STRING))),
+        POLICY_UNREADABLE: _all(
+            _not(_metadata(MCP_METADATA, ("method",), value_pb2.ValueMatcher(present_match=True))),
+            _not(_any(*(_header(":method", m) for m in _BODYLESS_METHODS))),
+        ),
+    }
+    denied = sorted({pattern for p in policies for pattern in p.denied})
+    if denied:
+        rules[POLICY_DENIED] = _all(call, _any(*(tool_pattern(p, widen=True) for p in denied)))
+    allow_lists = [sorted(set(p.allowed)) for p in policies if p.allowed]
+    if allow_lists:
+        misses = [_not(_any(*(tool_pattern(p, widen=False) for p in a))) for a in allow_lists]
+        rules[POLICY_NOT_ALLOWED] = _all(call, _any(*misses))
+    return rbac_pb2.RBAC(
+        action=rbac_pb2.RBAC.DENY,
+        policies={
+            name: rbac_pb2.Policy(permissions=[permission], principals=[rbac_pb2.Principal(any=True)])
+            for name, permission in sorted(rules.items())
+        },
+    )
+
+
+def tool_pattern(pattern: str, *, widen: bool) -> Any:
+    """An RBAC permission matching the tool names of ``pattern``: exact, or ``*`` for any run of characters.
+
+    Plain string matchers where they suffice (``a``, ``a*``, ``*a``, ``*a*``),
+    else an RE2 expression. Envoy refuses an expression whose program is
+    larger than :data:`MAX_REGEX_PROGRAM_SIZE`, which a long pattern with
+    inner stars can reach (tool names have up to 128 characters). Such a
+    pattern cannot be matched exactly; ``widen`` says which way to err, so
+    that a policy refuses more, never less: a ``deniedTools`` pattern
+    (``widen``) then matches every name with its fixed prefix, suffix and
+    inner parts (overlapping ones included), an ``allowedTools`` pattern
+    matches nothing.
+    """
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return _tool(_exact(pattern))
+    head, *inner, tail = parts
+    inner = [part for part in inner if part]
+    if not inner and head and not tail:
+        return _tool(string_pb2.StringMatcher(prefix=head))
+    if not inner and tail and not head:
+        return _tool(string_pb2.StringMatcher(suffix=tail))
+    if len(inner) == 1 and not head and not tail:
+        return _tool(string_pb2.StringMatcher(contains=inner[0]))
+    if not head and not tail and not inner:  # only stars: any name
+        return _tool(_ANY_STRING)
+    expression = "(?s)" + ".*".join(_literal(part) for part in parts)
+    if int(re2.compile(expression).programsize) <= MAX_REGEX_PROGRAM_SIZE:
+        return _tool(string_pb2.StringMatcher(safe_regex=_regex(expression)))
+    if not widen:
+        return _not(rbac_pb2.Permission(any=True))
+    wider = [string_pb2.StringMatcher(contains=part) for part in inner]
+    if head:
+        wider.append(string_pb2.StringMatcher(prefix=head))
+    if tail:
+        wider.append(string_pb2.StringMatcher(suffix=tail))
+    return _all(*(_tool(m) for m in wider))
+
+
+def _literal(text: str) -> str:
+    """``text`` as an RE2 literal (tool names are ASCII; anything else is escaped by code point)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"\\x{{{ord(c):x}}}" for c in text)
+
+
+# --------------------------------------------------------------------------
+# Small matchers
+# --------------------------------------------------------------------------
+
+
+def _tool(matcher: Any) -> Any:
+    return _metadata(MCP_METADATA, ("params", "name"), value_pb2.ValueMatcher(string_match=matcher))
+
+
+def _metadata(namespace: str, path: Sequence[str], value: Any) -> Any:
+    return metadata_pb2.MetadataMatcher(
+        filter=namespace,
+        path=[metadata_pb2.MetadataMatcher.PathSegment(key=key) for key in path],
+        value=value,
+    )
+
+
+def _header(name: str, value: str) -> Any:
+    return rbac_pb2.Permission(
+        header=route_components_pb2.HeaderMatcher(name=name, string_match=_exact(value))
+    )
+
+
+def _exact(value: str) -> Any:
+    return string_pb2.StringMatcher(exact=value)
+
+
+def _regex(expression: str) -> Any:
+    return regex_pb2.RegexMatcher(regex=expression)
+
+
+def _all(*rules: Any) -> Any:
+    return rbac_pb2.Permission(and_rules=rbac_pb2.Permission.Set(rules=[_permission(r) for r in rules]))
+
+
+def _any(*rules: Any) -> Any:
+    if len(rules) == 1:
+        return _permission(rules[0])
+    return rbac_pb2.Permission(or_rules=rbac_pb2.Permission.Set(rules=[_permission(r) for r in rules]))
+
+
+def _not(rule: Any) -> Any:
+    return rbac_pb2.Permission(not_rule=_permission(rule))
+
+
+def _permission(rule: Any) -> Any:
+    if isinstance(rule, metadata_pb2.MetadataMatcher):  # the request's dynamic metadata
+        return rbac_pb2.Permission(sourced_metadata=rbac_pb2.SourcedMetadata(metadata_matcher=rule))
+    return rule
+
+
+__all__ = [
+    "ACCESS_LOG_NAME",
+    "MAX_INSPECTED_BODY",
+    "MCP_FILTER",
+    "MCP_METADATA",
+    "POLICY_DENIED",
+    "POLICY_NOT_ALLOWED",
+    "POLICY_PREFIX",
+    "POLICY_TOO_LARGE",
+    "POLICY_UNNAMED",
+    "POLICY_UNREADABLE",
+    "RBAC_METADATA",
+    "TOOLS_FILTER",
+    "UPSTREAM_TAG",
+    "access_log",
+    "http_filters",
+    "local_reply_mappers",
+    "per_filter_config",
+    "tool_pattern",
+    "tool_rules",
+    "uses_tool_policies",
+]
