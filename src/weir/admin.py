@@ -1,11 +1,13 @@
 """weir's own admin endpoint: a tiny HTTP/1.1 server on loopback.
 
-It answers ``GET`` only, with JSON produced by callbacks the controller
-provides, so it never reaches into the controller's state:
+It answers ``GET`` only, with what callbacks the controller provides return
+(JSON, or :class:`Text`; a callback may be a coroutine), so it never reaches
+into the controller's state:
 
 * ``/healthz`` — 200 while the control plane runs (liveness).
 * ``/ready`` — 200 once Envoy runs and has accepted a configuration, else 503.
 * ``/status`` — every managed object's status and every standing problem.
+* ``/metrics`` — Prometheus metrics (text format 0.0.4, see :mod:`weir.telemetry`).
 
 It binds to loopback unless told otherwise; it exposes status, which can
 reveal names of internal objects.
@@ -15,16 +17,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import h11
 
 log = logging.getLogger("weir.admin")
 
-Handler = Callable[[], tuple[int, Any]]
+
+@dataclass(frozen=True)
+class Text:
+    """A body sent as it is, with its content type, rather than as JSON."""
+
+    body: str
+    content_type: str = "text/plain; charset=utf-8"
+
+
+#: ``() -> (status, body)``; the body is JSON data or a :class:`Text`.
+Handler = Callable[[], tuple[int, Any] | Awaitable[tuple[int, Any]]]
 
 
 class AdminServer:
@@ -62,10 +76,14 @@ class AdminServer:
                     continue
                 if isinstance(event, h11.Request):
                     target = event.target.decode().split("?", 1)[0]
-                    code, body = self._respond(event.method.decode(), target)
-                    payload = json.dumps(body, indent=2, sort_keys=False).encode() + b"\n"
+                    code, body = await self._respond(event.method.decode(), target)
+                    if isinstance(body, Text):
+                        payload, content_type = body.body.encode(), body.content_type
+                    else:
+                        payload = json.dumps(body, indent=2, sort_keys=False).encode() + b"\n"
+                        content_type = "application/json"
                     headers = [
-                        ("content-type", "application/json"),
+                        ("content-type", content_type),
                         ("content-length", str(len(payload))),
                     ]
                     writer.write(conn.send(h11.Response(status_code=code, headers=headers)) or b"")
@@ -83,14 +101,15 @@ class AdminServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    def _respond(self, method: str, target: str) -> tuple[int, Any]:
+    async def _respond(self, method: str, target: str) -> tuple[int, Any]:
         if method != "GET":
             return 405, {"error": "only GET is supported"}
         handler = self._routes.get(target)
         if handler is None:
             return 404, {"error": f"no such endpoint {target}", "endpoints": sorted(self._routes)}
         try:
-            return handler()
+            result = handler()
+            return await result if inspect.isawaitable(result) else result
         except Exception as exc:  # a bug in a handler must not kill the admin endpoint
             log.exception("admin handler %s failed", target)
             return 500, {"error": str(exc)}
