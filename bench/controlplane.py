@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import http.client
 import json
@@ -444,19 +445,52 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(rank, len(ordered)) - 1]
 
 
+def delta_changes(old: Any, new: Any) -> dict[str, tuple[list[str], list[str]]]:
+    """Per type, what the ADS server sends an Envoy holding ``old`` when ``new`` is served:
+    (names of resources whose version differs, names removed). Removals count for clusters
+    and listeners only (Envoy drops unused route configurations and secrets itself)."""
+    from weir.xds.snapshot import PUSH_ORDER, WILDCARD_TYPES
+
+    out = {}
+    for type_url in PUSH_ORDER:
+        before, after = old.of_type(type_url), new.of_type(type_url)
+        changed = [n for n, r in after.items() if (b := before.get(n)) is None or b.version != r.version]
+        removed = [n for n in before if n not in after] if type_url in WILDCARD_TYPES else []
+        out[type_url] = (changed, removed)
+    return out
+
+
+def delta_responses(snapshot: Any, changes: dict[str, tuple[list[str], list[str]]]) -> int:
+    """Serialise the delta responses for ``changes`` as the ADS server builds them; their size."""
+    from envoy.service.discovery.v3 import discovery_pb2
+
+    size = 0
+    for type_url, (changed, removed) in changes.items():
+        if not changed and not removed:
+            continue
+        response = discovery_pb2.DeltaDiscoveryResponse(
+            system_version_info=snapshot.version, type_url=type_url, nonce="1", removed_resources=removed
+        )
+        resources = snapshot.of_type(type_url)
+        for name in changed:
+            resource = resources[name]
+            item = response.resources.add()
+            item.name, item.version = name, resource.version
+            item.resource.type_url, item.resource.value = resource.type_url, resource.value
+        size += len(response.SerializeToString())
+    return size
+
+
 def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
     """``_stages``: time each stage of the forward path in this process (see the module doc)."""
     import resource
 
-    from envoy.service.discovery.v3 import discovery_pb2
-    from google.protobuf import any_pb2
-
-    from weir.controller import _keep_retiring, _version_of
+    from weir.controller import _keep_retiring
+    from weir.loader import gc_paused
     from weir.providers.files import FilesProvider
     from weir.translate import Settings, translate
-    from weir.xds import build
-    from weir.xds.server import _same
-    from weir.xds.snapshot import PUSH_ORDER, Snapshot
+    from weir.xds.cache import BuildCache
+    from weir.xds.snapshot import PUSH_ORDER, Snapshot, snapshot_version
 
     settings = Settings(dns_resolvers=(("127.0.0.1", 53),), egress_denied_cidrs=(DENIED,))
     out: dict[str, Any] = {}
@@ -471,68 +505,91 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
         rss[name] = rss_mib(os.getpid())[0]
         return result
 
-    def serialise(resources: Any, types: Sequence[str]) -> int:
-        size = 0
-        for type_url in types:
-            packed = []
-            for message in resources[type_url].values():
-                item = any_pb2.Any()
-                item.Pack(message)
-                packed.append(item)
-            response = discovery_pb2.DiscoveryResponse(version_info="v", type_url=type_url, resources=packed)
-            size += len(response.SerializeToString())
-        return size
+    pauses: list[float] = []
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        elif info.get("generation") == 2:
+            pauses.append(time.perf_counter() - gc_started[0])
 
     provider = FilesProvider([str(folder)])
     snapshot = timed("load", provider.load)
     out["objects"] = len(snapshot.resources)
     out["problems"] = len(snapshot.problems)
-    translation = timed("translate", translate, snapshot.resources, settings)
-    resources = timed("build", build.build, translation.ir)
-    version = timed("hash", _version_of, resources)
-    out["xds_bytes"] = timed("serialise", serialise, resources, PUSH_ORDER)
+    # As the controller does: the collector paused while a snapshot is translated and built,
+    # and what was made frozen afterwards (weir.controller.Controller._apply).
+    with gc_paused():
+        translation = timed("translate", translate, snapshot.resources, settings)
+        builder = BuildCache()
+        resources = timed("build", builder.build, translation.ir)
+        version = timed("hash", snapshot_version, resources)
+        served = Snapshot(version, resources)
+        empty = Snapshot("", {})
+        out["xds_bytes"] = timed("serialise", delta_responses, served, delta_changes(empty, served))
+    timed("gc_freeze", gc.freeze)
     out["resources"] = {t.rsplit(".", 1)[-1]: len(resources[t]) for t in PUSH_ORDER}
-    out["gc_objects"] = len(gc.get_objects())
+    out["gc_objects"] = gc.get_freeze_count()
+    # A full collection, frozen heap included (what weir.controller._refreeze_heap costs), and
+    # one with the heap frozen (what the collector costs from then on).
+    gc.unfreeze()
     timed("gc_full", gc.collect)
+    gc.freeze()
+    out["gc_frozen"] = gc.get_freeze_count()
+    timed("gc_full_frozen", gc.collect)
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    # One edit at a time, recomputed as the controller does it today.
-    served = Snapshot(version, resources)
+    # One edit at a time, recomputed as the controller does it.
     n = sum(1 for _ in (folder / "routes").iterdir())
     upstream_port = int(re.search(r"port: \{port: (\d+)\}", route_file(folder, 0).read_text())[1])  # type: ignore[index]
     steps: dict[str, list[float]] = {
         k: [] for k in ("reload", "translate", "build", "hash", "compare", "serialise", "total")
     }
+    sent: list[int] = []
     rng = random.Random(7)
-    for k in range(edits):
-        i = rng.randrange(n)
-        path = route_file(folder, i)
-        original = path.read_text()
-        kind_path = k % 2 == 0
-        text = route_yaml(i, upstream_port, version=2 if kind_path else 1, backend=0 if kind_path else k + 1)
-        write_atomically(path, text)
-        t0 = time.perf_counter()
-        provider._reload({os.path.abspath(path)})
-        t1 = time.perf_counter()
-        assert provider.snapshot is not None
-        edited = translate(provider.snapshot.resources, settings)
-        t2 = time.perf_counter()
-        desired = build.build(edited.ir)
-        t3 = time.perf_counter()
-        to_serve = _keep_retiring(served, desired)
-        new_version = _version_of(to_serve)
-        t4 = time.perf_counter()
-        changed = [t for t in PUSH_ORDER if not _same(to_serve[t], served.of_type(t))]
-        t5 = time.perf_counter()
-        serialise(to_serve, changed)
-        t6 = time.perf_counter()
-        spans = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t6 - t0)
-        for name, value in zip(steps, spans, strict=True):
-            steps[name].append(value)
-        served = Snapshot(new_version, to_serve)
-        write_atomically(path, original)
-        provider._reload({os.path.abspath(path)})
+    gc.callbacks.append(on_gc)
+    try:
+        for k in range(edits):
+            i = rng.randrange(n)
+            path = route_file(folder, i)
+            original = path.read_text()
+            kind_path = k % 2 == 0
+            text = route_yaml(
+                i, upstream_port, version=2 if kind_path else 1, backend=0 if kind_path else k + 1
+            )
+            write_atomically(path, text)
+            with gc_paused():
+                t0 = time.perf_counter()
+                provider._reload({os.path.abspath(path)})
+                t1 = time.perf_counter()
+                assert provider.snapshot is not None
+                edited = translate(provider.snapshot.resources, settings)
+                t2 = time.perf_counter()
+                desired = builder.build(edited.ir)
+                t3 = time.perf_counter()
+                to_serve = _keep_retiring(served, desired)
+                new = Snapshot(snapshot_version(to_serve), to_serve)
+                t4 = time.perf_counter()
+                changes = delta_changes(served, new)
+                t5 = time.perf_counter()
+                delta_responses(new, changes)
+                t6 = time.perf_counter()
+            gc.freeze()
+            spans = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t6 - t0)
+            for name, value in zip(steps, spans, strict=True):
+                steps[name].append(value)
+            sent.append(sum(len(c) + len(r) for c, r in changes.values()))
+            served = new
+            write_atomically(path, original)
+            provider._reload({os.path.abspath(path)})
+    finally:
+        gc.callbacks.remove(on_gc)
     out["edit"] = {name: statistics.median(values) for name, values in steps.items() if values}
+    out["edit_resources_sent"] = statistics.median(sent) if sent else 0
+    out["gc2_pauses"] = len(pauses)
+    out["gc2_pause_max"] = max(pauses, default=0.0)
+    out["build_cache"] = builder.stats()
     return out
 
 
@@ -895,7 +952,23 @@ def rows(results: Sequence[Result]) -> list[tuple[str, list[str], str]]:
         ("snapshot hash (in process)", stage("hash"), "s"),
         ("ADS serialisation, all types (in process)", stage("serialise"), "s"),
         ("full GC collection (in process)", stage("gc_full"), "s"),
+        (
+            "full GC collection, heap frozen (in process)",
+            lambda r: r.stages.get("gc_full_frozen", math.nan),
+            "s",
+        ),
         ("one edit, full recompute (in process)", edit_stage("total"), "s"),
+        ("one edit: xDS build, cached (in process)", edit_stage("build"), "s"),
+        (
+            "one edit: resources sent, delta (in process)",
+            lambda r: r.stages.get("edit_resources_sent", 0),
+            "n",
+        ),
+        (
+            "one edit: longest full GC pause (in process)",
+            lambda r: r.stages.get("gc2_pause_max", math.nan),
+            "s",
+        ),
         ("weir run: files loaded", milestone("loaded"), "s"),
         ("weir run: first snapshot served", milestone("served"), "s"),
         ("weir run: Envoy ready", milestone("envoy_ready"), "s"),
@@ -920,6 +993,8 @@ def rows(results: Sequence[Result]) -> list[tuple[str, list[str], str]]:
             v = value(r)
             if unit == "MiB":
                 cells.append(f"{v:.0f} MiB" if v else "-")
+            elif unit == "n":
+                cells.append(f"{v:,.0f}")
             else:
                 cells.append(fmt_s(v))
         out.append((label, cells, growth(results, value)))
@@ -975,14 +1050,30 @@ def in_process_edit(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
-def report(results: Sequence[Result], edits: int) -> str:
+def run_info(edits: int, load: tuple[float, float]) -> dict[str, Any]:
+    """What a report says about the run besides its results."""
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "edits": edits,
+        "load_average": list(load),
+    }
+
+
+def report(results: Sequence[Result], info: dict[str, Any]) -> str:
     r0 = results[0]
+    load = info.get("load_average") or [math.nan, math.nan]
     return f"""\
-Measured by `python bench/controlplane.py --n {" ".join(str(r.n) for r in results)} --edits {edits}`
-({time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, upstream:
-{r0.e2e.upstream}). Workload: one Gateway with {LISTENERS} HTTP listeners; N HTTPRoutes, each in its
-own file with its own XBackend (plaintext, an external hostname resolved by a DNS responder on
-loopback, the egress guard on every cluster); route `i` attaches to listener `i % {LISTENERS}`.
+Measured by `python bench/controlplane.py --n {" ".join(str(r.n) for r in results)} --edits {info["edits"]}`
+({info["date"]}, {info["cores"]} cores, Python {info["python"]}, upstream:
+{r0.e2e.upstream}; load average {load[0]:.1f} before the run, {load[1]:.1f} after: other work
+shared the machine, so single timings can be off by a factor of two; the JSON of the run is
+`bench/results/controlplane.json`, and `python bench/controlplane.py report
+bench/results/controlplane.json` renders this section and the plot again). Workload: one
+Gateway with {LISTENERS} HTTP listeners; N HTTPRoutes, each in its own file with its own XBackend
+(plaintext, an external hostname resolved by a DNS responder on loopback, the egress guard on
+every cluster); route `i` attaches to listener `i % {LISTENERS}`.
 Edits alternate a new path on the route and a new hostname on its XBackend, each written to the
 route's file; latency runs from the file's rename to the first answer from the new behaviour
 through Envoy (polled every 2 ms, then 10 ms after 200 ms). "growth k" is the exponent of
@@ -1003,8 +1094,77 @@ One edit recomputed in process the way the controller does it today (medians):
 
 {in_process_edit(results)}
 
-{failures(results)}![time and memory vs N](img/controlplane.png)
+{before_after(results)}{envoy_load()}{failures(results)}![time and memory vs N](img/controlplane.png)
 """
+
+
+#: What the previous measurement found (hand-copied from the report it made: see its "source").
+BEFORE = REPO / "bench" / "results" / "controlplane-before.json"
+#: ``bench/envoy_load.py``'s results, when it was run with ``--json`` to this file.
+ENVOY_LOAD = REPO / "bench" / "results" / "envoy-load.json"
+
+
+def before_after(results: Sequence[Result]) -> str:
+    """Key rows of this run next to those of :data:`BEFORE`, for the N both measured."""
+    if not BEFORE.exists():
+        return ""
+    before = json.loads(BEFORE.read_text())
+    now: dict[str, Any] = {
+        "start → every sampled route served": lambda r: r.e2e.start_s,
+        "edit → served, p50": lambda r: percentile(r.edit_latencies(), 50) / 1000,
+        "edit → served, p99": lambda r: percentile(r.edit_latencies(), 99) / 1000,
+        "xDS build (in process)": lambda r: r.stages["build"],
+        "one edit, full recompute (in process)": lambda r: r.stages["edit"]["total"],
+        "weir RSS after edits": lambda r: r.e2e.weir_rss_end,
+        "Envoy RSS after edits": lambda r: r.e2e.envoy_rss_end,
+    }
+    ns = [n for n in before["n"] if any(r.n == n for r in results)]
+    if not ns:
+        return ""
+    by_n = {r.n: r for r in results}
+    lines = [
+        "| before → after | " + " | ".join(f"N = {n:,}" for n in ns) + " |",
+        "|---|" + "---:|" * len(ns),
+    ]
+    for label, values in before["rows"].items():
+        if label not in now:
+            continue
+        cells = []
+        for n in ns:
+            old, new = values[before["n"].index(n)], now[label](by_n[n])
+            if "RSS" in label:
+                cells.append(f"{old:.0f} → {new:.0f} MiB")
+            else:
+                cells.append(f"{fmt_s(old)} → {fmt_s(new)}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return f"Before and after ({before['source']}):\n\n" + "\n".join(lines) + "\n\n"
+
+
+def envoy_load() -> str:
+    """``bench/envoy_load.py``'s table, if its results are in :data:`ENVOY_LOAD`."""
+    if not ENVOY_LOAD.exists():
+        return ""
+    data = json.loads(ENVOY_LOAD.read_text())
+    lines = [
+        "| Envoy bootstrap variant | ready (all ACKed) | last route served | Envoy RSS |",
+        "|---|---:|---:|---:|",
+    ]
+    for variant, runs in data["results"].items():
+
+        def cell(key: str, unit: str = "s", runs: list[dict[str, float]] = runs) -> str:
+            values = [r[key] for r in runs]
+            mid, low, high = statistics.median(values), min(values), max(values)
+            if unit == "MiB":
+                return f"{mid:.0f} ({low:.0f}-{high:.0f}) MiB"
+            return f"{mid:.2f} ({low:.2f}-{high:.2f}) s"
+
+        lines.append(f"| {variant} | {cell('acked_s')} | {cell('served_s')} | {cell('rss_mib', 'MiB')} |")
+    return (
+        f"Envoy alone loading this configuration for N = {data['n']:,}, per bootstrap variant "
+        f"(`python bench/envoy_load.py --n {data['n']} --rounds {data.get('rounds', '?')}`; "
+        "median (min-max); `weir` is weir's bootstrap, the others differ in their stats "
+        "settings only; see the script):\n\n" + "\n".join(lines) + "\n\n"
+    )
 
 
 def failures(results: Sequence[Result]) -> str:
@@ -1066,6 +1226,29 @@ def plot(results: Sequence[Result], path: Path) -> None:
     plt.close(fig)
 
 
+def write_docs(results: Sequence[Result], body: str) -> None:
+    write_section(REPO / "docs" / "performance.md", body)
+    plot(results, REPO / "docs" / "img" / "controlplane.png")
+    print("wrote docs/performance.md (Control plane) and docs/img/controlplane.png", file=sys.stderr)
+
+
+def render(path: Path, *, write: bool) -> int:
+    """``report FILE``: the report (and, with ``write``, the docs section and plot) of a saved run."""
+    raw = json.loads(path.read_text())
+    if isinstance(raw, list):  # written before runs recorded their circumstances
+        raw = {"date": "?", "cores": "?", "python": "?", "edits": "?", "results": raw}
+    fields = {f.name for f in dataclasses.fields(EndToEnd)}
+    results = [
+        Result(item["n"], item["stages"], EndToEnd(**{k: v for k, v in item.items() if k in fields}))
+        for item in raw["results"]
+    ]
+    body = report(results, raw)
+    print(body)
+    if write:
+        write_docs(results, body)
+    return 0
+
+
 def write_section(doc: Path, body: str) -> None:
     """Replace the "Control plane" section of ``doc`` (create the file if needed), nothing else."""
     if doc.exists():
@@ -1112,12 +1295,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", nargs="?", choices=("run", "smoke"), default="run")
+    parser.add_argument("mode", nargs="?", choices=("run", "smoke", "report"), default="run")
+    parser.add_argument("results", nargs="?", type=Path, help="report: the JSON a run wrote")
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10000], help="route counts")
     parser.add_argument("--edits", type=int, default=50, help="single-route edits through weir run")
     parser.add_argument("--stage-edits", type=int, default=5, help="edits recomputed in process")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/")
-    parser.add_argument("--json", type=Path, help="also write raw results here")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write raw results here (default, when writing docs: bench/results/controlplane.json)",
+    )
     parser.add_argument(
         "--profile",
         type=Path,
@@ -1127,6 +1315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep manifests, weir's logs and DNS queries")
     parser.add_argument("--envoy-log-level", default="warning", help="passed to weir run")
     opts = parser.parse_args(args)
+    if opts.mode == "report":
+        if opts.results is None:
+            parser.error("report needs the JSON file a run wrote")
+        return render(opts.results, write=not opts.no_write)
     if opts.mode == "smoke":
         opts.n, opts.edits, opts.stage_edits, opts.no_write = [100], 5, 2, True
     if opts.profile is not None:
@@ -1151,15 +1343,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after", file=sys.stderr)
-    body = report(results, opts.edits)
+    info = run_info(opts.edits, (load_before, os.getloadavg()[0]))
+    body = report(results, info)
     print(body)
+    if opts.json is None and not opts.no_write:
+        opts.json = REPO / "bench" / "results" / "controlplane.json"
     if opts.json is not None:
-        raw = [{**asdict(r.e2e), "n": r.n, "stages": r.stages} for r in results]
+        raw = {**info, "results": [{**asdict(r.e2e), "n": r.n, "stages": r.stages} for r in results]}
         opts.json.write_text(json.dumps(raw, indent=1))
     if not opts.no_write:
-        write_section(REPO / "docs" / "performance.md", body)
-        plot(results, REPO / "docs" / "img" / "controlplane.png")
-        print("wrote docs/performance.md (Control plane) and docs/img/controlplane.png", file=sys.stderr)
+        write_docs(results, body)
     failed = sum(r.e2e.failed_edits for r in results)
     if failed:
         print(f"{failed} edit(s) were not served in time", file=sys.stderr)

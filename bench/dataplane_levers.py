@@ -2,8 +2,9 @@
 
     python bench/dataplane_levers.py LEVER[,LEVER...] run -f ... (weir run's arguments)
 
-runs the real ``weir run`` (translation, ADS, Envoy) with :func:`weir.xds.build.build`
-wrapped so that each named lever edits the resources before they are served.
+runs the real ``weir run`` (translation, ADS, Envoy) with the controller's build
+(:meth:`weir.xds.cache.BuildCache.build`) wrapped so that each named lever edits the
+resources before they are served.
 ``dataplane.py`` starts it for contenders named ``weir+LEVER,...``, so a
 lever is measured against unchanged weir in the same rounds. Levers name what
 they remove or change; they are experiments, not weir options, and some of
@@ -23,7 +24,8 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf.message import Message
 
 from weir.xds import build, listeners
-from weir.xds.snapshot import CLUSTER, LISTENER, ROUTE
+from weir.xds.cache import BuildCache
+from weir.xds.snapshot import CLUSTER, LISTENER, ROUTE, Resource
 
 Resources = dict[str, dict[str, Message]]
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -177,16 +179,19 @@ def main() -> None:
             f"unknown lever(s): {', '.join(sorted(unknown))}; known: "
             f"{', '.join(sorted([*LEVERS, *ARGUMENT_LEVERS, *BOOTSTRAP_LEVERS]))}"
         )
-    original = build.build
+    original = BuildCache.build
 
-    def patched(ir_: Any) -> Resources:
-        resources = original(ir_)
+    def patched(self: BuildCache, ir_: Any) -> dict[str, dict[str, Resource]]:
+        built = original(self, ir_)
+        resources: Resources = {
+            t: {n: r.message() for n, r in by_name.items()} for t, by_name in built.items()
+        }
         for name in levers:
             if name in LEVERS:
                 LEVERS[name](resources)
-        return resources
+        return {t: {n: Resource.of(m, n) for n, m in by_name.items()} for t, by_name in resources.items()}
 
-    build.build = patched
+    BuildCache.build = patched  # type: ignore[method-assign]
     extra_bootstrap = [BOOTSTRAP_LEVERS[n] for n in levers if n in BOOTSTRAP_LEVERS]
     if extra_bootstrap:
         import weir.bootstrap

@@ -1,8 +1,9 @@
 """Envoy's bootstrap: the static part of its configuration.
 
 Everything else arrives over ADS from weir's unix socket. The bootstrap only
-says who Envoy is, where its admin interface binds (loopback only) and how to
-reach the ADS server.
+says who Envoy is, where its admin interface binds (loopback only), how to
+reach the ADS server (incremental "delta" ADS, :mod:`weir.xds.server`), and
+which statistics Envoy keeps (:data:`STATS_KEPT`).
 """
 
 from __future__ import annotations
@@ -10,12 +11,73 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 #: Name of the static cluster through which Envoy reaches the ADS server.
 XDS_CLUSTER = "weir-xds"
+
+_CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+
+#: The Envoy statistics weir keeps (the bootstrap's
+#: ``stats_config.stats_matcher.inclusion_list``): stat names that end with
+#: one of the ``suffix`` values or begin with one of the ``prefix`` values.
+#: Envoy creates no other stat.
+#:
+#: Why: by default Envoy keeps about 100 counters, gauges and histograms per
+#: cluster; at 10,000 clusters they cost hundreds of MiB and seconds of load
+#: time (docs/performance.md, "Control plane"). Why suffixes and prefixes
+#: rather than regular expressions: Envoy matches every stat name it is about
+#: to create against the list, and a name that is rejected goes through every
+#: pattern; regular expressions over a million names cost as much time as
+#: the stats saved. Prefixes ending in ``.`` are matched without even
+#: rendering the name.
+#:
+#: Kept: every stat ``/metrics`` reads (:data:`weir.telemetry.ENVOY_STATS_USED`,
+#: checked by ``tests/unit/test_bootstrap.py`` against real Envoy stat names),
+#: and, for people and tests reading Envoy's admin ``/stats``: per cluster the
+#: request and connection totals, failures, timeouts and retries, the egress
+#: guard's counters and TLS handshakes and verification failures; per HTTP
+#: connection manager the responses by class; Envoy's own server,
+#: cluster-manager, listener-manager and control-plane stats (a few dozen).
+STATS_KEPT: tuple[tuple[str, str], ...] = (
+    *(("suffix", f".upstream_rq_{c}") for c in _CODE_CLASSES),
+    *(
+        ("suffix", f".upstream_{s}")
+        for s in (
+            "rq_total",
+            "rq_timeout",
+            "rq_retry",
+            "rq_pending_overflow",
+            "cx_total",
+            "cx_active",
+            "cx_connect_fail",
+            "cx_connect_timeout",
+            "cx_none_healthy",
+            "cx_overflow",
+        )
+    ),
+    ("suffix", ".rbac.allowed"),
+    ("suffix", ".rbac.denied"),
+    ("suffix", ".ssl.handshake"),
+    ("suffix", ".ssl.connection_error"),
+    ("suffix", ".ssl.fail_verify_error"),
+    ("suffix", ".ssl.fail_verify_san"),
+    ("suffix", ".ssl.fail_verify_no_cert"),
+    ("suffix", ".ssl.fail_verify_cert_hash"),
+    *(("suffix", f".downstream_rq_{c}") for c in _CODE_CLASSES),
+    ("prefix", "server."),
+    ("prefix", "cluster_manager."),
+    ("prefix", "listener_manager."),
+    ("prefix", "control_plane."),
+)
+
+
+def keeps(name: str, kept: Sequence[tuple[str, str]] = STATS_KEPT) -> bool:
+    """Whether Envoy keeps stat ``name`` with ``kept`` as its inclusion list (Envoy's own rule)."""
+    return any(name.endswith(v) if kind == "suffix" else name.startswith(v) for kind, v in kept)
+
 
 #: Extensions Envoy must load at start for what weir serves over ADS: internal
 #: listeners (in-process, no socket), through which TCP listeners reach guarded
@@ -41,12 +103,14 @@ def bootstrap(
     ads_retry_base_s: float = 0.1,
     ads_retry_max_s: float = 2.0,
     runtime: Mapping[str, Any] | None = None,
+    stats: Sequence[tuple[str, str]] = STATS_KEPT,
 ) -> dict[str, Any]:
     """Envoy's bootstrap: everything comes over ADS from ``ads_socket``.
 
     The admin interface binds ``admin_address``, which must be a loopback
     address; port 0 picks a free port (see :attr:`EnvoyProcess.admin_url`).
-    ``runtime`` becomes a static runtime layer.
+    ``runtime`` becomes a static runtime layer. ``stats`` says which
+    statistics Envoy keeps (see :data:`STATS_KEPT`).
     """
     if not ipaddress.ip_address(admin_address).is_loopback:
         raise ValueError(f"admin must bind a loopback address, not {admin_address!r}")
@@ -58,7 +122,8 @@ def bootstrap(
         "admin": {"address": {"socket_address": {"address": admin_address, "port_value": admin_port}}},
         "dynamic_resources": {
             "ads_config": {
-                "api_type": "GRPC",
+                # Incremental: an edit sends what changed, not every resource of its type.
+                "api_type": "DELTA_GRPC",
                 "transport_api_version": "V3",
                 "set_node_on_first_message_only": True,
                 "grpc_services": [
@@ -105,6 +170,12 @@ def bootstrap(
                     },
                 }
             ]
+        },
+        # A cluster's traffic stats (most of its ~100) are created at its first request, not
+        # when it is added: thousands of clusters load faster and most never see a request.
+        "deferred_stat_options": {"enable_deferred_creation_stats": True},
+        "stats_config": {
+            "stats_matcher": {"inclusion_list": {"patterns": [{kind: value} for kind, value in stats]}}
         },
         "bootstrap_extensions": [dict(ext) for ext in BOOTSTRAP_EXTENSIONS],
         "overload_manager": {

@@ -1,4 +1,7 @@
-"""AdsServer driven by a real gRPC client playing Envoy, over a unix socket."""
+"""AdsServer driven by a real gRPC client playing Envoy's delta ADS client, over a unix socket.
+
+The same protocol against the real Envoy: ``tests/e2e/test_xds_delta.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +22,28 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from weir.xds.server import AckStatus, AdsServer, Outcome, ServerState
-from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET, Snapshot
+from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET, Resource, Snapshot
 
 pytestmark = pytest.mark.timeout(30)
 
 
 def snapshot(
     version: str,
-    clusters: Sequence[str] = (),
+    clusters: Sequence[str] | Mapping[str, int] = (),
     listeners: Sequence[str] = (),
     routes: dict[str, str] | None = None,
     secrets: Sequence[str] = (),
 ) -> Snapshot:
-    """``routes`` maps a route configuration name to a virtual host name (its content)."""
+    """``routes`` maps a route configuration name to a virtual host name (its content);
+    ``clusters`` may map a name to a connect timeout in seconds (its content)."""
+    timeouts = clusters if isinstance(clusters, Mapping) else dict.fromkeys(clusters, 1)
     return Snapshot(
         version,
         {
             SECRET: {n: secret_pb2.Secret(name=n) for n in secrets},
-            CLUSTER: {n: cluster_pb2.Cluster(name=n) for n in clusters},
+            CLUSTER: {
+                n: cluster_pb2.Cluster(name=n, connect_timeout={"seconds": s}) for n, s in timeouts.items()
+            },
             LISTENER: {n: listener_pb2.Listener(name=n) for n in listeners},
             ROUTE: {
                 n: route_pb2.RouteConfiguration(
@@ -48,29 +55,44 @@ def snapshot(
     )
 
 
+_CLASSES = {
+    CLUSTER: cluster_pb2.Cluster,
+    LISTENER: listener_pb2.Listener,
+    ROUTE: route_pb2.RouteConfiguration,
+    SECRET: secret_pb2.Secret,
+}
+
+
 def names(response: Any) -> list[str]:
-    classes = {
-        CLUSTER: cluster_pb2.Cluster,
-        LISTENER: listener_pb2.Listener,
-        ROUTE: route_pb2.RouteConfiguration,
-        SECRET: secret_pb2.Secret,
-    }
+    """Names of the resources in a response, checking each against its own name and version."""
     result = []
-    for packed in response.resources:
-        message = classes[response.type_url]()
-        assert packed.Unpack(message)
+    for item in response.resources:
+        message = _CLASSES[response.type_url]()
+        assert item.resource.Unpack(message)
+        assert item.name == message.name
+        assert item.version == Resource.of(message).version  # the content hash
         result.append(message.name)
     return result
 
 
+def route_hosts(response: Any) -> dict[str, str]:
+    """Route configuration name -> its (only) virtual host name, i.e. its content."""
+    result = {}
+    for item in response.resources:
+        config = route_pb2.RouteConfiguration()
+        assert item.resource.Unpack(config)
+        result[config.name] = config.virtual_hosts[0].name
+    return result
+
+
 class FakeEnvoy:
-    """One ADS stream, speaking like Envoy's state-of-the-world client."""
+    """One delta ADS stream, speaking like Envoy's incremental client."""
 
     def __init__(self, socket_path: str, node_id: str = "node-1") -> None:
         self.node_id = node_id
         self.channel = grpc.aio.insecure_channel(f"unix:{socket_path}")
         stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self.channel)
-        self.call = stub.StreamAggregatedResources()
+        self.call = stub.DeltaAggregatedResources()
         self._first = True
         # Read continuously: cancelling a read would cancel the whole call.
         self._responses: asyncio.Queue[Any] = asyncio.Queue()
@@ -90,15 +112,17 @@ class FakeEnvoy:
     async def request(
         self,
         type_url: str,
-        resource_names: Sequence[str] = (),
-        version: str = "",
+        subscribe: Sequence[str] = (),
+        unsubscribe: Sequence[str] = (),
         nonce: str = "",
         error: str | None = None,
+        initial: Mapping[str, str] | None = None,
     ) -> None:
-        request = discovery_pb2.DiscoveryRequest(
+        request = discovery_pb2.DeltaDiscoveryRequest(
             type_url=type_url,
-            resource_names=list(resource_names),
-            version_info=version,
+            resource_names_subscribe=list(subscribe),
+            resource_names_unsubscribe=list(unsubscribe),
+            initial_resource_versions=dict(initial or {}),
             response_nonce=nonce,
         )
         if self._first:
@@ -110,13 +134,11 @@ class FakeEnvoy:
             request.error_detail.message = error
         await self.call.write(request)
 
-    async def ack(self, response: Any, resource_names: Sequence[str] = ()) -> None:
-        await self.request(response.type_url, resource_names, response.version_info, response.nonce)
+    async def ack(self, response: Any, subscribe: Sequence[str] = ()) -> None:
+        await self.request(response.type_url, subscribe, nonce=response.nonce)
 
-    async def nack(
-        self, response: Any, message: str, good_version: str = "", resource_names: Sequence[str] = ()
-    ) -> None:
-        await self.request(response.type_url, resource_names, good_version, response.nonce, error=message)
+    async def nack(self, response: Any, message: str) -> None:
+        await self.request(response.type_url, nonce=response.nonce, error=message)
 
     async def response(self, timeout: float = 2.0) -> Any:
         item = await asyncio.wait_for(self._responses.get(), timeout)
@@ -163,7 +185,7 @@ async def envoy(server: AdsServer) -> AsyncIterator[FakeEnvoy]:
 
 
 async def subscribe_all(envoy: FakeEnvoy, routes: Sequence[str] = ()) -> dict[str, Any]:
-    """Subscribe like Envoy at startup (CDS, LDS, then RDS) and ACK everything."""
+    """Subscribe like Envoy at startup (CDS, LDS, then RDS by name) and ACK everything."""
     got = {}
     await envoy.request(CLUSTER)
     got[CLUSTER] = await envoy.response()
@@ -173,7 +195,7 @@ async def subscribe_all(envoy: FakeEnvoy, routes: Sequence[str] = ()) -> dict[st
     if routes:
         await envoy.request(ROUTE, routes)
         got[ROUTE] = await envoy.response()
-        await envoy.ack(got[ROUTE], routes)
+        await envoy.ack(got[ROUTE])
     await envoy.ack(got[LISTENER])
     return got
 
@@ -200,8 +222,8 @@ async def test_first_subscription_is_answered_with_zero_resources(
         await envoy.request(type_url)
         response = await envoy.response()
         assert response.type_url == type_url
-        assert response.version_info == "v1"
-        assert list(response.resources) == []
+        assert response.system_version_info == "v1"
+        assert list(response.resources) == [] and list(response.removed_resources) == []
         nonces.add(response.nonce)
     await envoy.request(ROUTE, ["missing"])
     response = await envoy.response()
@@ -221,7 +243,7 @@ async def test_subscriptions_before_the_first_snapshot_wait_for_it(
     await server.wait_for(lambda s: s.connected, timeout=2)
     server.set_snapshot(snapshot("v1", clusters=["c1"]))
     response = await envoy.response()
-    assert (response.version_info, names(response)) == ("v1", ["c1"])
+    assert (response.system_version_info, names(response)) == ("v1", ["c1"])
 
 
 async def test_ack_is_tracked_per_type(server: AdsServer, envoy: FakeEnvoy) -> None:
@@ -241,7 +263,7 @@ async def test_ack_is_tracked_per_type(server: AdsServer, envoy: FakeEnvoy) -> N
     await envoy.request(ROUTE, ["r1"])
     rds = await envoy.response()
     assert names(rds) == ["r1"]
-    await envoy.ack(rds, ["r1"])
+    await envoy.ack(rds)
     await envoy.ack(lds)
     result = await server.wait_acked("v1", timeout=2)
     assert result.acked, result
@@ -254,15 +276,53 @@ async def test_ack_is_tracked_per_type(server: AdsServer, envoy: FakeEnvoy) -> N
     assert state.types[SECRET].sent_version is None  # never subscribed
 
 
-async def test_nack_is_reported_and_not_resent(server: AdsServer, envoy: FakeEnvoy) -> None:
+async def test_only_changed_resources_and_removals_are_sent_in_order(
+    server: AdsServer, envoy: FakeEnvoy
+) -> None:
+    server.set_snapshot(
+        snapshot("v1", clusters=["c1", "c2", "c3"], listeners=["l1"], routes={"r1": "a"}, secrets=["s1"])
+    )
+    await subscribe_all(envoy, routes=["r1"])
+    await envoy.request(SECRET, ["s1"])
+    await envoy.ack(await envoy.response())
+    assert (await server.wait_acked("v1", timeout=2)).acked
+
+    # Same content under a new version: nothing to send, and it counts as acked.
+    server.set_snapshot(
+        snapshot("v2", clusters=["c1", "c2", "c3"], listeners=["l1"], routes={"r1": "a"}, secrets=["s1"])
+    )
+    assert (await server.wait_acked("v2", timeout=2)).acked
+    await envoy.no_response()
+
+    # c2 changes, c3 goes, c4 comes, r1 changes; listeners and secrets do not.
+    server.set_snapshot(
+        snapshot(
+            "v3", clusters={"c1": 1, "c2": 2, "c4": 1}, listeners=["l1"], routes={"r1": "b"}, secrets=["s1"]
+        )
+    )
+    cds = await envoy.response()
+    rds = await envoy.response()
+    await envoy.no_response()
+    assert [cds.type_url, rds.type_url] == [CLUSTER, ROUTE]  # PUSH_ORDER
+    assert PUSH_ORDER.index(CLUSTER) < PUSH_ORDER.index(ROUTE)
+    assert cds.system_version_info == "v3"
+    assert names(cds) == ["c2", "c4"] and list(cds.removed_resources) == ["c3"]
+    assert route_hosts(rds) == {"r1": "b"} and list(rds.removed_resources) == []
+    await envoy.ack(cds)
+    assert server.state().ack_result("v3") is None
+    await envoy.ack(rds)
+    assert (await server.wait_acked("v3", timeout=2)).acked
+
+
+async def test_nack_is_reported_and_the_resources_stay_suspect(server: AdsServer, envoy: FakeEnvoy) -> None:
     server.set_snapshot(snapshot("v1", clusters=["c1"], listeners=["l1"]))
     await subscribe_all(envoy)
     assert (await server.wait_acked("v1", timeout=2)).acked
 
     server.set_snapshot(snapshot("v2", clusters=["c1"], listeners=["l1", "bad"]))
     lds = await envoy.response()
-    assert lds.type_url == LISTENER  # clusters did not change
-    await envoy.nack(lds, "invalid listener 'bad': boom", good_version="v1")
+    assert (lds.type_url, names(lds)) == (LISTENER, ["bad"])  # clusters and l1 did not change
+    await envoy.nack(lds, "invalid listener 'bad': boom")
     result = await server.wait_acked("v2", timeout=2)
     assert result.status is AckStatus.NACKED
     assert (result.type_url, result.message, result.node_id) == (
@@ -274,64 +334,46 @@ async def test_nack_is_reported_and_not_resent(server: AdsServer, envoy: FakeEnv
     assert listeners.acked_version == "v1"
     assert listeners.nack is not None
     assert (listeners.nack.version, listeners.nack.message) == ("v2", "invalid listener 'bad': boom")
-    # The server does not loop on the rejected resources...
+    # The server does not loop on the rejected resource...
     await envoy.no_response(within=0.3)
 
-    # ...but a new snapshot sends the type again, even unchanged.
-    server.set_snapshot(snapshot("v3", clusters=["c1"], listeners=["l1", "bad"]))
+    # ...and a change elsewhere, accepted, does not make the rejected listener accepted.
+    server.set_snapshot(snapshot("v3", clusters=["c1", "c2"], listeners=["l1", "bad"]))
+    cds = await envoy.response()
+    assert names(cds) == ["c2"]
+    # A new snapshot gives the rejected listener another chance (a rejection may be transient).
     again = await envoy.response()
-    assert (again.type_url, again.version_info) == (LISTENER, "v3")
-    await envoy.ack(again)
-    assert (await server.wait_acked("v3", timeout=2)).acked
+    assert (again.type_url, again.system_version_info, names(again)) == (LISTENER, "v3", ["bad"])
+    await envoy.ack(cds)
+    await envoy.nack(again, "still bad")
+    result = await server.wait_acked("v3", timeout=2)
+    assert result.status is AckStatus.NACKED and result.message == "still bad"
+
+    # Removing it: accepted.
+    server.set_snapshot(snapshot("v4", clusters=["c1", "c2"], listeners=["l1"]))
+    lds = await envoy.response()
+    assert names(lds) == [] and list(lds.removed_resources) == ["bad"]
+    await envoy.ack(lds)
+    assert (await server.wait_acked("v4", timeout=2)).acked
     assert server.state().types[LISTENER].nack is None
 
 
-async def test_stale_nonces_are_ignored(server: AdsServer, envoy: FakeEnvoy) -> None:
-    server.set_snapshot(snapshot("v1", listeners=["l1"]))
-    await envoy.request(LISTENER)
-    first = await envoy.response()
-    server.set_snapshot(snapshot("v2", listeners=["l2"]))
-    second = await envoy.response()
-    # An answer to the first response arrives after the second was sent.
-    await envoy.nack(first, "late complaint")
-    await envoy.ack(second)
-    await server.wait_for(lambda s: s.types[LISTENER].acked_version == "v2", timeout=2)
-    assert server.state().types[LISTENER].nack is None
-    # An ACK with the right nonce but another version is not an ACK either.
-    server.set_snapshot(snapshot("v3", listeners=["l3"]))
-    third = await envoy.response()
-    await envoy.request(LISTENER, version="something-else", nonce=third.nonce)
-    await asyncio.sleep(0.1)
-    assert server.state().types[LISTENER].acked_version == "v2"
-
-
-async def test_snapshot_change_pushes_only_changed_types_in_order(
+async def test_a_nack_of_several_resources_is_cleared_by_an_ack_of_them(
     server: AdsServer, envoy: FakeEnvoy
 ) -> None:
-    server.set_snapshot(snapshot("v1", clusters=["c1"], listeners=["l1"], routes={"r1": "a"}, secrets=["s1"]))
-    await subscribe_all(envoy, routes=["r1"])
-    await envoy.request(SECRET, ["s1"])
-    await envoy.ack(await envoy.response(), ["s1"])
-    assert (await server.wait_acked("v1", timeout=2)).acked
-
-    # Same content under a new version: nothing to send, and it counts as acked.
-    server.set_snapshot(snapshot("v2", clusters=["c1"], listeners=["l1"], routes={"r1": "a"}, secrets=["s1"]))
-    assert (await server.wait_acked("v2", timeout=2)).acked
-    await envoy.no_response()
-
-    # Routes and clusters change, listeners and secrets do not.
-    server.set_snapshot(
-        snapshot("v3", clusters=["c1", "c2"], listeners=["l1"], routes={"r1": "b"}, secrets=["s1"])
-    )
+    server.set_snapshot(snapshot("v1", clusters=["c1"], listeners=["l1"]))
+    await subscribe_all(envoy)
+    # Two new clusters, one of them bad: Envoy adds the good one and NACKs the response.
+    server.set_snapshot(snapshot("v2", clusters=["c1", "good", "bad"], listeners=["l1"]))
     cds = await envoy.response()
-    rds = await envoy.response()
-    await envoy.no_response()
-    assert [cds.type_url, rds.type_url] == [CLUSTER, ROUTE]  # PUSH_ORDER
-    assert PUSH_ORDER.index(CLUSTER) < PUSH_ORDER.index(ROUTE)
-    assert (cds.version_info, names(cds)) == ("v3", ["c1", "c2"])
+    assert sorted(names(cds)) == ["bad", "good"]
+    await envoy.nack(cds, "cluster 'bad': nope")
+    assert (await server.wait_acked("v2", timeout=2)).status is AckStatus.NACKED
+    # The bad one is fixed: both are sent again (which of them failed is not knowable).
+    server.set_snapshot(snapshot("v3", clusters={"c1": 1, "good": 1, "bad": 2}, listeners=["l1"]))
+    cds = await envoy.response()
+    assert sorted(names(cds)) == ["bad", "good"]
     await envoy.ack(cds)
-    assert server.state().ack_result("v3") is None
-    await envoy.ack(rds, ["r1"])
     assert (await server.wait_acked("v3", timeout=2)).acked
 
 
@@ -341,28 +383,35 @@ async def test_named_subscriptions_for_routes(server: AdsServer, envoy: FakeEnvo
     await envoy.request(ROUTE, ["r1"])
     rds = await envoy.response()
     assert names(rds) == ["r1"]  # only what was asked for
-    # The subscription grows in the ACK: answered at once with both.
-    await envoy.ack(rds, ["r1", "r2"])
+    # The subscription grows in the ACK: answered at once with the new name only.
+    await envoy.ack(rds, subscribe=["r2"])
     rds = await envoy.response()
-    assert sorted(names(rds)) == ["r1", "r2"]
-    await envoy.ack(rds, ["r1", "r2"])
+    assert names(rds) == ["r2"]
+    await envoy.ack(rds)
     assert (await server.wait_acked("v1", timeout=2)).acked
     # A change to a route nobody asked for is not pushed.
     server.set_snapshot(snapshot("v2", listeners=["l1"], routes={"r1": "a", "r2": "a", "r3": "changed"}))
     await envoy.no_response()
     assert (await server.wait_acked("v2", timeout=2)).acked
-    # A change to one that was asked for is.
+    # A change to one that was asked for is, alone.
     server.set_snapshot(
         snapshot("v3", listeners=["l1"], routes={"r1": "changed", "r2": "a", "r3": "changed"})
     )
     rds = await envoy.response()
-    assert (rds.version_info, sorted(names(rds))) == ("v3", ["r1", "r2"])
+    assert (rds.system_version_info, route_hosts(rds)) == ("v3", {"r1": "changed"})
+    await envoy.ack(rds)
+    # A route configuration that disappears is never "removed": Envoy drops it when unused.
+    server.set_snapshot(snapshot("v4", listeners=["l1"], routes={"r1": "changed"}))
+    await envoy.no_response()
     # Unsubscribing everything is not answered.
-    await envoy.ack(rds, [])
+    await envoy.request(ROUTE, unsubscribe=["r1", "r2"])
     await envoy.no_response()
     state = server.state()
     assert not state.nodes["node-1"].types[ROUTE].subscribed
-    assert state.ack_result("v3") is not None and state.ack_result("v3").acked  # type: ignore[union-attr]
+    assert state.ack_result("v4") is not None and state.ack_result("v4").acked  # type: ignore[union-attr]
+    # Asking again gets it again.
+    await envoy.request(ROUTE, ["r1"])
+    assert route_hosts(await envoy.response()) == {"r1": "changed"}
 
 
 async def test_wait_acked_superseded_and_timeout(server: AdsServer, envoy: FakeEnvoy) -> None:
@@ -382,6 +431,25 @@ async def test_wait_acked_superseded_and_timeout(server: AdsServer, envoy: FakeE
     assert (await waiter).status is AckStatus.SUPERSEDED
 
 
+async def test_answers_may_lag_behind_pushes(server: AdsServer, envoy: FakeEnvoy) -> None:
+    server.set_snapshot(snapshot("v1", clusters={"c1": 1}, listeners=["l1"]))
+    await subscribe_all(envoy)
+    server.set_snapshot(snapshot("v2", clusters={"c1": 2}, listeners=["l1"]))
+    first = await envoy.response()
+    server.set_snapshot(snapshot("v3", clusters={"c1": 3}, listeners=["l1"]))
+    second = await envoy.response()
+    assert (first.system_version_info, second.system_version_info) == ("v2", "v3")
+    await envoy.ack(first)
+    await asyncio.sleep(0.05)
+    assert server.state().ack_result("v3") is None  # the newest push is still unanswered
+    await envoy.ack(second)
+    assert (await server.wait_acked("v3", timeout=2)).acked
+    # An answer to a nonce the server never sent is ignored.
+    await envoy.request(CLUSTER, nonce="no-such-nonce", error="what?")
+    await envoy.no_response()
+    assert server.state().ack_result("v3").acked  # type: ignore[union-attr]
+
+
 async def test_listeners_are_called_on_changes(server: AdsServer, envoy: FakeEnvoy) -> None:
     seen: list[ServerState] = []
     remove = server.add_listener(seen.append)
@@ -397,33 +465,59 @@ async def test_listeners_are_called_on_changes(server: AdsServer, envoy: FakeEnv
     assert len(seen) == count
 
 
-async def test_reconnecting_envoy_gets_the_current_snapshot(server: AdsServer) -> None:
-    server.set_snapshot(snapshot("v1", clusters=["c1"], listeners=["l1"]))
+async def test_reconnecting_envoy_gets_only_what_it_lacks(server: AdsServer) -> None:
+    server.set_snapshot(snapshot("v1", clusters=["c1", "c2", "c3"], listeners=["l1"], routes={"r1": "a"}))
     first = FakeEnvoy(server.socket_path)
     try:
-        await subscribe_all(first)
+        got = await subscribe_all(first, routes=["r1"])
         assert (await server.wait_acked("v1", timeout=2)).acked
     finally:
         await first.close()
     await server.wait_for(lambda s: not s.connected, timeout=2)
-    server.set_snapshot(snapshot("v2", clusters=["c2"], listeners=["l1"]))
+    held = {
+        type_url: {item.name: item.version for item in response.resources}
+        for type_url, response in got.items()
+    }
+    server.set_snapshot(
+        snapshot("v2", clusters={"c1": 1, "c2": 2, "c4": 1}, listeners=["l1"], routes={"r1": "a"})
+    )
 
     second = FakeEnvoy(server.socket_path)
     try:
-        # Envoy comes back with the versions it had accepted.
-        await second.request(CLUSTER, version="v1")
+        # Envoy comes back declaring the versions it holds.
+        await second.request(CLUSTER, initial=held[CLUSTER])
         cds = await second.response()
-        assert (cds.version_info, names(cds)) == ("v2", ["c2"])
+        assert (cds.system_version_info, names(cds)) == ("v2", ["c2", "c4"])
+        assert list(cds.removed_resources) == ["c3"]
         await second.ack(cds)
-        await second.request(LISTENER, version="v1")
+        await second.request(LISTENER, initial=held[LISTENER])
         lds = await second.response()
-        assert (lds.version_info, names(lds)) == ("v2", ["l1"])
+        assert names(lds) == [] and list(lds.removed_resources) == []  # answered all the same
+        await second.request(ROUTE, ["r1"], initial=held[ROUTE])
+        rds = await second.response()
+        assert names(rds) == []
+        await second.ack(rds)
         await second.ack(lds)
         assert (await server.wait_acked("v2", timeout=2)).acked
         state = server.state()
         assert list(state.nodes) == ["node-1"] and state.streams_opened == 2
     finally:
         await second.close()
+
+
+async def test_a_new_envoy_gets_everything(server: AdsServer) -> None:
+    server.set_snapshot(snapshot("v1", clusters=["c1", "c2"], listeners=["l1"]))
+    one = FakeEnvoy(server.socket_path, "one")
+    two = FakeEnvoy(server.socket_path, "two")
+    try:
+        await subscribe_all(one)
+        server.set_snapshot(snapshot("v2", clusters=["c1", "c2", "c3"], listeners=["l1"]))
+        assert names(await one.response()) == ["c3"]
+        got = await subscribe_all(two)
+        assert names(got[CLUSTER]) == ["c1", "c2", "c3"] and names(got[LISTENER]) == ["l1"]
+    finally:
+        await one.close()
+        await two.close()
 
 
 async def test_every_envoy_must_ack(server: AdsServer) -> None:
@@ -442,16 +536,17 @@ async def test_every_envoy_must_ack(server: AdsServer) -> None:
         await two.close()
 
 
-async def test_delta_ads_is_refused(server: AdsServer) -> None:
+async def test_state_of_the_world_ads_is_refused(server: AdsServer) -> None:
     channel = grpc.aio.insecure_channel(f"unix:{server.socket_path}")
     try:
-        call = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources()
+        call = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).StreamAggregatedResources()
         # The server may end the call before or after the request is written; either way the
         # call's final status is what counts.
         with contextlib.suppress(grpc.aio.AioRpcError):
-            await call.write(discovery_pb2.DeltaDiscoveryRequest(type_url=CLUSTER))
+            await call.write(discovery_pb2.DiscoveryRequest(type_url=CLUSTER))
             await call.read()
         assert await call.code() is grpc.StatusCode.UNIMPLEMENTED
+        assert "DELTA_GRPC" in (await call.details() or "")
     finally:
         await channel.close()
 
@@ -470,16 +565,6 @@ async def test_stop_removes_the_socket(socket_path: str) -> None:
     assert not ads.state().connected
 
 
-def route_hosts(response: Any) -> dict[str, str]:
-    """Route configuration name -> its (only) virtual host name, i.e. its content."""
-    result = {}
-    for packed in response.resources:
-        config = route_pb2.RouteConfiguration()
-        assert packed.Unpack(config)
-        result[config.name] = config.virtual_hosts[0].name
-    return result
-
-
 async def test_restarted_envoy_gets_the_last_accepted_version_of_rejected_resources(
     server: AdsServer,
 ) -> None:
@@ -491,12 +576,13 @@ async def test_restarted_envoy_gets_the_last_accepted_version_of_rejected_resour
         # r1 breaks, r3 is new and broken too; r2 is fine.
         server.set_snapshot(snapshot("v2", listeners=["l1"], routes={"r1": "bad", "r2": "good", "r3": "bad"}))
         rds = await first.response()
-        assert route_hosts(rds) == {"r1": "bad", "r2": "good"}
+        assert route_hosts(rds) == {"r1": "bad"}
         # Rejected; meanwhile a listener wants r3 too.
-        await first.nack(rds, "bad route", good_version="v1", resource_names=["r1", "r2", "r3"])
+        await first.nack(rds, "bad route")
+        await first.request(ROUTE, ["r3"])
         rds = await first.response()
-        assert route_hosts(rds) == {"r1": "bad", "r2": "good", "r3": "bad"}
-        await first.nack(rds, "bad route", good_version="v1", resource_names=["r1", "r2", "r3"])
+        assert route_hosts(rds) == {"r3": "bad"}
+        await first.nack(rds, "bad route")
         await first.no_response()
         assert (await server.wait_acked("v2", timeout=2)).status is AckStatus.NACKED
     finally:
@@ -508,23 +594,41 @@ async def test_restarted_envoy_gets_the_last_accepted_version_of_rejected_resour
         await subscribe_all(second)
         await second.request(ROUTE, ["r1", "r2", "r3"])
         rds = await second.response()
-        assert rds.version_info == "v2"
+        assert rds.system_version_info == "v2"
         # r3 never worked: it is sent as it is (Envoy rejects it again).
         assert route_hosts(rds) == {"r1": "good", "r2": "good", "r3": "bad"}
-        await second.ack(rds, ["r1", "r2", "r3"])
+        await second.ack(rds)
         # Accepting the old r1 does not make v2 accepted.
         result = await server.wait_acked("v2", timeout=2)
         assert result.status is AckStatus.NACKED and result.message == "bad route"
         assert server.state().types[ROUTE].acked_version == "v1"
+        await second.no_response()  # and the rejected version is not pushed by itself
 
-        # A fix is sent as usual.
+        # A fix is sent as usual: what changed, and the suspects.
         server.set_snapshot(
             snapshot("v3", listeners=["l1"], routes={"r1": "fixed", "r2": "good", "r3": "fixed"})
         )
         rds = await second.response()
-        assert route_hosts(rds) == {"r1": "fixed", "r2": "good", "r3": "fixed"}
-        await second.ack(rds, ["r1", "r2", "r3"])
+        assert route_hosts(rds) == {"r1": "fixed", "r3": "fixed"}
+        await second.ack(rds)
         assert (await server.wait_acked("v3", timeout=2)).acked
         assert server.state().types[ROUTE].nack is None
     finally:
         await second.close()
+
+
+async def test_pushes_acks_and_nacks_are_counted_per_type(server: AdsServer, envoy: FakeEnvoy) -> None:
+    server.set_snapshot(snapshot("v1", clusters=["c1"], listeners=["l1"]))
+    await subscribe_all(envoy)
+    server.set_snapshot(snapshot("v2", clusters=["c1"], listeners=["l2"]))
+    await envoy.nack(await envoy.response(), "no")
+    await server.wait_for(lambda s: s.types[LISTENER].nack is not None, timeout=2)
+    for counter, type_name, value in (
+        ("pushes", "Cluster", 1),
+        ("pushes", "Listener", 2),
+        ("acks", "Cluster", 1),
+        ("acks", "Listener", 1),
+        ("nacks", "Listener", 1),
+    ):
+        metric = getattr(server.counters, counter)
+        assert metric.value(type_name) == value, (counter, type_name)

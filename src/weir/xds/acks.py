@@ -1,16 +1,18 @@
-"""What Envoy accepted: immutable views of the ADS server's ACK/NACK bookkeeping.
+"""What Envoy accepted: the ADS server's ACK/NACK bookkeeping, and immutable views of it.
 
 :class:`ServerState` is what :meth:`weir.xds.server.AdsServer.state` returns;
 the controller decides ``Programmed`` from :meth:`ServerState.ack_result`.
+:class:`Subscription` and :class:`Push` are the server's own mutable records
+of one type on one Envoy stream; :meth:`Subscription.view` is what leaves it.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from weir.xds.snapshot import PUSH_ORDER, WILDCARD_TYPES
+from weir.xds.snapshot import PUSH_ORDER, WILDCARD_TYPES, Resource
 
 # --------------------------------------------------------------------------
 
@@ -175,6 +177,78 @@ class ServerState:
         if reason:
             return None, reason
         return AckResult(version, AckStatus.ACKED), ""
+
+
+# --------------------------------------------------------------------------
+# Mutable bookkeeping of the ADS server, per stream (weir.xds.server only)
+# --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Push:
+    """One response on one stream, until Envoy answers it."""
+
+    nonce: str
+    version: str
+    #: What was sent, by name; the names in ``fallbacks`` went in their last
+    #: accepted version instead of the current one (with the rejection why).
+    resources: dict[str, Resource]
+    fallbacks: dict[str, Nack]
+    removed: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Subscription:
+    """One type on one stream."""
+
+    type_url: str
+    wildcard: bool
+    #: Envoy sent a first request for this type on this stream.
+    subscribed: bool = False
+    #: Names asked for (named types only).
+    names: set[str] = field(default_factory=set)
+    #: Name → version of each resource Envoy has, or was sent last.
+    known: dict[str, str] = field(default_factory=dict)
+    #: Responses not answered yet, by nonce, oldest first.
+    pending: dict[str, Push] = field(default_factory=dict)
+    #: Resources Envoy may not hold in the version last sent: rejected, or
+    #: sent in their last accepted version; cleared by an ACK carrying them.
+    suspects: dict[str, Nack] = field(default_factory=dict)
+    #: A response was sent on this stream.
+    responded: bool = False
+    #: Envoy answered (ACK or NACK) a response on this stream.
+    answered: bool = False
+    sent_version: str | None = None
+    synced_version: str | None = None
+    #: The snapshot's mapping of this type when it was last synced (unchanged types are the
+    #: same mapping from one snapshot to the next: nothing to compare).
+    synced_resources: Mapping[str, Resource] | None = None
+    acked_version: str | None = None
+    nack: Nack | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.subscribed and (self.wildcard or bool(self.names))
+
+    @property
+    def outcome(self) -> Outcome | None:
+        if self.pending:
+            return Outcome.PENDING
+        if not self.answered:
+            return None
+        return Outcome.NACKED if self.suspects else Outcome.ACKED
+
+    def view(self) -> NodeTypeState:
+        return NodeTypeState(
+            type_url=self.type_url,
+            subscribed=self.active,
+            resource_names=frozenset(self.names),
+            sent_version=self.sent_version,
+            synced_version=self.synced_version,
+            outcome=self.outcome,
+            acked_version=self.acked_version,
+            nack=self.nack if self.suspects else None,
+        )
 
 
 def short_type_name(type_url: str) -> str:

@@ -28,7 +28,7 @@ constants other code imports from here are re-exported from those modules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from google.protobuf import json_format
@@ -60,6 +60,7 @@ from weir.xds.listeners import (
     tcp_listener,
     tls_listener,
 )
+from weir.xds.mcp import uses_tool_policies
 from weir.xds.routes import (
     EXTERNAL_REQUEST_HEADERS_TO_REMOVE,
     RETRY_ON,
@@ -105,7 +106,49 @@ def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
     upstream or secret that does not exist or is of the wrong kind, TLS
     without a trust source or without names to verify): such an IR is a bug
     in translation, and serving it could be insecure or fail silently.
+
+    :class:`weir.xds.cache.BuildCache` gives the same resources, serialised,
+    rebuilding only what an IR change touches.
     """
+    return assemble(ir_, Parts())
+
+
+class Parts:
+    """How :func:`assemble` makes each part of the output; this one builds every part afresh.
+
+    A part is what one IR object becomes: an upstream its cluster, a secret
+    its SDS secret, a listener its Envoy listener and route configurations
+    (with the TCP listeners and relays that go through :data:`TCP_EGRESS`),
+    and the tunneled ones together the :data:`TCP_EGRESS` resources. Each
+    method is a pure function of its arguments, and reads from ``upstreams``
+    and ``secrets`` only the entries it needs, so that a cache
+    (:class:`weir.xds.cache.BuildCache`) may reuse a part while those
+    entries are unchanged.
+    """
+
+    def cluster(self, upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
+        return upstream_cluster(upstream, dns)
+
+    def secret(self, secret: ir.Secret) -> Any:
+        return envoy_secret(secret)
+
+    def listener(
+        self,
+        listener: ir.AnyListener,
+        upstreams: Mapping[str, ir.Upstream],
+        secrets: Mapping[str, ir.Secret],
+    ) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
+        """(type URL → name → resource, the listener's TCP listeners or relays that are tunneled)."""
+        return listener_part(listener, upstreams, secrets)
+
+    def tcp_egress(
+        self, tunneled: tuple[ir.TcpListener | ir.TlsRelay, ...], upstreams: Mapping[str, ir.Upstream]
+    ) -> dict[str, dict[str, Any]]:
+        return tcp_egress_part(tunneled, upstreams)
+
+
+def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
+    """The resources of ``ir_``, each part made by ``parts`` (see :func:`build`)."""
     upstreams = _unique("upstream", ir_.upstreams)
     secrets = _unique("secret", ir_.secrets)
     listeners = _unique("listener", ir_.listeners)
@@ -115,41 +158,71 @@ def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
         if upstream.websocket and upstream.protocol is not ir.UpstreamProtocol.HTTP1:
             raise ValueError(f"upstream {upstream.name!r}: WebSocket upgrades need HTTP/1.1")
 
-    out: dict[str, dict[str, Message]] = {type_url: {} for type_url in PUSH_ORDER}
+    out: dict[str, dict[str, Any]] = {type_url: {} for type_url in PUSH_ORDER}
     tunneled: list[ir.TcpListener | ir.TlsRelay] = []
     for name in sorted(listeners):
-        listener = listeners[name]
-        if isinstance(listener, ir.TcpListener):
-            chosen = _tcp_upstreams(listener, upstreams)
-            tunnel = any(guarded(u) for u in chosen if u is not None)
-            out[LISTENER][name] = tcp_listener(listener, chosen, tunnel=tunnel)
-            if tunnel:
-                tunneled.append(listener)
-        elif isinstance(listener, ir.TlsListener):
-            _check_tls_listener(listener, secrets)
-            relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
-            tunnels = {n for n, chosen in relays.items() if any(guarded(u) for u in chosen if u is not None)}
-            out[LISTENER][name] = tls_listener(listener, relays, tunnels)
-            tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
-            for server in listener.https:
-                # The server's routes, shaped as a listener's: the same route configuration.
-                routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
-                out[ROUTE][server.name] = route_configuration(routes, upstreams)
-        else:
-            out[LISTENER][name] = http_listener(listener)
-            out[ROUTE][name] = route_configuration(listener, upstreams)
+        built, tunnels = parts.listener(listeners[name], upstreams, secrets)
+        for type_url, by_name in built.items():
+            out[type_url].update(by_name)
+        tunneled.extend(tunnels)
     for name in sorted(upstreams):
-        out[CLUSTER][name] = upstream_cluster(upstreams[name], ir_.dns)
+        out[CLUSTER][name] = parts.cluster(upstreams[name], ir_.dns)
     for name in sorted(secrets):
-        out[SECRET][name] = envoy_secret(secrets[name])
+        out[SECRET][name] = parts.secret(secrets[name])
     if tunneled:
-        out[LISTENER][TCP_EGRESS] = tcp_egress_listener()
-        out[ROUTE][TCP_EGRESS] = tcp_egress_routes(tunneled, upstreams)
-        out[CLUSTER][TCP_EGRESS] = tcp_egress_cluster()
+        for type_url, by_name in parts.tcp_egress(tuple(tunneled), upstreams).items():
+            out[type_url].update(by_name)
         for type_url in (LISTENER, CLUSTER):
             out[type_url] = dict(sorted(out[type_url].items()))
     out[ROUTE] = dict(sorted(out[ROUTE].items()))  # HTTPS servers' routes are named after them
     return out
+
+
+def listener_part(
+    listener: ir.AnyListener,
+    upstreams: Mapping[str, ir.Upstream],
+    secrets: Mapping[str, ir.Secret],
+    *,
+    build_route: Callable[[ir.Route, Mapping[str, ir.Upstream]], Any] | None = None,
+) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
+    """What one IR listener becomes (see :meth:`Parts.listener`); ``build_route`` as in
+    :func:`weir.xds.routes.route_configuration`."""
+    name = listener.name
+    out: dict[str, dict[str, Any]] = {LISTENER: {}, ROUTE: {}}
+    tunneled: list[ir.TcpListener | ir.TlsRelay] = []
+    if isinstance(listener, ir.TcpListener):
+        chosen = _tcp_upstreams(listener, upstreams)
+        tunnel = any(guarded(u) for u in chosen if u is not None)
+        out[LISTENER][name] = tcp_listener(listener, chosen, tunnel=tunnel)
+        if tunnel:
+            tunneled.append(listener)
+    elif isinstance(listener, ir.TlsListener):
+        _check_tls_listener(listener, secrets)
+        relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
+        tunnels = {n for n, chosen in relays.items() if any(guarded(u) for u in chosen if u is not None)}
+        mcp_servers = {s.name for s in listener.https if uses_tool_policies(s.virtual_hosts, upstreams)}
+        out[LISTENER][name] = tls_listener(listener, relays, tunnels, mcp_servers)
+        tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
+        for server in listener.https:
+            # The server's routes, shaped as a listener's: the same route configuration.
+            routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
+            out[ROUTE][server.name] = route_configuration(routes, upstreams, build_route=build_route)
+    else:
+        mcp_tools = uses_tool_policies(listener.virtual_hosts, upstreams)
+        out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools)
+        out[ROUTE][name] = route_configuration(listener, upstreams, build_route=build_route)
+    return out, tuple(tunneled)
+
+
+def tcp_egress_part(
+    tunneled: tuple[ir.TcpListener | ir.TlsRelay, ...], upstreams: Mapping[str, ir.Upstream]
+) -> dict[str, dict[str, Any]]:
+    """The internal path of the tunneled TCP listeners and relays (:data:`TCP_EGRESS`)."""
+    return {
+        LISTENER: {TCP_EGRESS: tcp_egress_listener()},
+        ROUTE: {TCP_EGRESS: tcp_egress_routes(list(tunneled), upstreams)},
+        CLUSTER: {TCP_EGRESS: tcp_egress_cluster()},
+    }
 
 
 def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:

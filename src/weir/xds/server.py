@@ -1,29 +1,47 @@
 """The ADS server: serves :class:`~weir.xds.snapshot.Snapshot` objects to Envoy.
 
-Aggregated discovery, state of the world (``StreamAggregatedResources``),
-over ``grpc.aio`` on a unix socket only.
+Aggregated discovery, incremental ("delta") variant
+(``DeltaAggregatedResources``), over ``grpc.aio`` on a unix socket only.
+The state-of-the-world variant is refused (``UNIMPLEMENTED``): weir writes
+Envoy's bootstrap itself (``DELTA_GRPC``), and a second protocol would be a
+second way to get make-before-break wrong.
 
 How a snapshot reaches Envoy
 ----------------------------
+* Every resource carries its own version, a hash of its bytes
+  (:class:`~weir.xds.snapshot.Resource`). Per stream and type the server
+  knows which version of each resource that Envoy has (or was last sent),
+  starting from the ``initial_resource_versions`` Envoy declares when it
+  (re)connects.
 * :meth:`AdsServer.set_snapshot` replaces the current snapshot. Every
-  connected stream then sends, in :data:`~weir.xds.snapshot.PUSH_ORDER`, each
-  type it subscribes to whose resources differ from what was last sent on
-  that stream. Unchanged types are not re-sent: their last answer (ACK or
-  pending) now stands for the new version too.
-* Wildcard types (listeners, clusters) carry every resource of the type;
-  named types (routes, secrets) carry the resources Envoy asked for that
-  exist. A change of the names Envoy asks for is answered at once.
-* The first subscription to any type is answered immediately, even with zero
+  connected stream then sends, in :data:`~weir.xds.snapshot.PUSH_ORDER`, for
+  each type it subscribes to, only the resources whose version differs from
+  Envoy's, and the names of the clusters and listeners that are gone. An
+  edit of one route sends one route configuration, not ten thousand
+  clusters.
+* Clusters and listeners are wildcard subscriptions (Envoy wants them all);
+  route configurations and secrets are asked for by name, and a name newly
+  asked for is answered at once. Removals are only ever sent for wildcard
+  types: Envoy unsubscribes from a route configuration or secret, and drops
+  it, once nothing uses it any more (a removal of a route configuration
+  still in use is ignored by Envoy anyway).
+  Removing a cluster that routes still use is the controller's business
+  (make before break, :func:`weir.controller._keep_retiring`).
+* The first request for any type is answered immediately, even with zero
   resources, once a snapshot exists (before the first snapshot, Envoy waits).
-* A NACK leaves Envoy on its previous configuration. The server does not send
-  the rejected resources again by itself; the next snapshot sends the type
-  again, whatever its content.
-* A new stream (Envoy restarted or reconnected) gets the current snapshot,
-  except that a resource Envoy rejected, and unchanged since, is sent in the
-  last version an Envoy accepted: a restarted Envoy serves what the previous
-  one did, and the version is still reported as rejected.
-* Every response carries ``version_info = snapshot.version`` and a nonce that
-  is unique for the life of the server.
+* A NACK leaves Envoy on its previous version of the resources in the
+  rejected response (for clusters and listeners Envoy may have applied the
+  good ones; which ones is not knowable). Those resources stay *suspect* on
+  that stream until a later response carrying them is ACKed. The server
+  does not send them again by itself; the next snapshot does, whatever its
+  content (a rejection can be transient: a port that was in use).
+* A new stream (Envoy restarted or reconnected) gets what it lacks of the
+  current snapshot, except that a resource Envoy rejected, and unchanged
+  since, is sent in the last version an Envoy accepted: a restarted Envoy
+  serves what the previous one did, and the version is still reported as
+  rejected.
+* Every response carries ``system_version_info = snapshot.version`` and a
+  nonce that is unique for the life of the server; Envoy answers each nonce.
 
 What Envoy accepted
 -------------------
@@ -44,16 +62,15 @@ import logging
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from google.protobuf import any_pb2
-from google.protobuf.message import Message
 
+from weir.xds import accesslog
 from weir.xds.acks import (
     AckResult,
     AckStatus,
@@ -61,11 +78,14 @@ from weir.xds.acks import (
     NodeState,
     NodeTypeState,
     Outcome,
+    Push,
     ServerState,
+    Subscription,
     TypeState,
     short_type_name,
 )
-from weir.xds.snapshot import PUSH_ORDER, WILDCARD_TYPES, Snapshot
+from weir.xds.counters import XdsCounters
+from weir.xds.snapshot import PUSH_ORDER, WILDCARD_TYPES, Resource, Snapshot
 
 __all__ = [
     "AckResult",
@@ -88,49 +108,8 @@ _MAX_UNIX_PATH = 107
 
 
 # --------------------------------------------------------------------------
-# The immutable view
+# Per stream
 # --------------------------------------------------------------------------
-# Mutable per-stream bookkeeping
-# --------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Sub:
-    """One type on one stream."""
-
-    type_url: str
-    wildcard: bool
-    subscribed: bool = False
-    names: frozenset[str] = frozenset()
-    # The last response.
-    nonce: str | None = None
-    sent_version: str | None = None
-    sent_names: frozenset[str] | None = None
-    content: dict[str, Message] | None = None
-    synced_version: str | None = None
-    outcome: Outcome | None = None
-    # The rejection whose resources the last response replaced by their last
-    # accepted versions (see AdsServer._first_content).
-    fallback: Nack | None = None
-    # Envoy's answers.
-    acked_version: str | None = None
-    nack: Nack | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.subscribed and (self.wildcard or bool(self.names))
-
-    def view(self) -> NodeTypeState:
-        return NodeTypeState(
-            type_url=self.type_url,
-            subscribed=self.active,
-            resource_names=self.names,
-            sent_version=self.sent_version,
-            synced_version=self.synced_version,
-            outcome=self.outcome,
-            acked_version=self.acked_version,
-            nack=self.nack,
-        )
 
 
 #: Stream queue markers: the snapshot changed; the request stream ended.
@@ -144,7 +123,7 @@ class _Stream:
     connected_since: float
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     node_id: str | None = None
-    subs: dict[str, _Sub] = field(default_factory=dict)
+    subs: dict[str, Subscription] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------
@@ -153,7 +132,7 @@ class _Stream:
 
 
 class AdsServer:
-    """A state-of-the-world ADS server on a unix socket."""
+    """A delta ADS server on a unix socket."""
 
     def __init__(self, socket_path: str) -> None:
         if len(os.fsencode(socket_path)) > _MAX_UNIX_PATH:
@@ -168,11 +147,12 @@ class AdsServer:
         self._state: ServerState | None = None
         self._changed = asyncio.Event()
         self._listeners: list[Callable[[ServerState], None]] = []
-        self._any_cache: dict[int, tuple[Message, Any]] = {}
         # Per type, by name: the last version of each resource an Envoy
         # accepted, and resources rejected since (with the rejection).
-        self._accepted: dict[str, dict[str, Message]] = {}
-        self._rejected: dict[str, dict[str, tuple[Message, Nack]]] = {}
+        self._accepted: dict[str, dict[str, Resource]] = {t: {} for t in PUSH_ORDER}
+        self._rejected: dict[str, dict[str, tuple[str, Nack]]] = {t: {} for t in PUSH_ORDER}
+        #: Pushes, ACKs and NACKs per type, for /metrics (weir.telemetry).
+        self.counters = XdsCounters()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -200,6 +180,7 @@ class AdsServer:
             ]
         )
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
+        accesslog.add_to_server(server)  # Envoy's access log of MCP tool calls (weir.xds.accesslog)
         address = f"unix:{self.socket_path}"
         port = server.add_insecure_port(address)
         if not port:
@@ -242,10 +223,9 @@ class AdsServer:
     def set_snapshot(self, snapshot: Snapshot) -> None:
         """Make ``snapshot`` current and push what changed to every Envoy."""
         self._snapshot = snapshot
-        self._any_cache.clear()
         for type_url, rejected in self._rejected.items():
             current = snapshot.of_type(type_url)
-            for name in [n for n, (m, _) in rejected.items() if not _eq(current.get(n), m)]:
+            for name in [n for n, (v, _) in rejected.items() if _version(current.get(n)) != v]:
                 del rejected[name]  # changed since: no longer known bad
         for stream in self._streams.values():
             stream.queue.put_nowait(_WAKE)
@@ -350,6 +330,7 @@ class AdsServer:
                 if item is _EOF:
                     break
                 responses = self._on_snapshot(stream) if item is _WAKE else self._on_request(stream, item)
+                self._notify()
                 for response in responses:
                     yield response
         finally:
@@ -370,6 +351,8 @@ class AdsServer:
         finally:
             stream.queue.put_nowait(_EOF)
 
+    # ------------------------------------------------------------ Envoy's requests
+
     def _on_request(self, stream: _Stream, request: Any) -> list[Any]:
         type_url: str = request.type_url
         if stream.node_id is None:
@@ -382,202 +365,219 @@ class AdsServer:
             )
         sub = stream.subs.get(type_url)
         if sub is None:
-            sub = stream.subs[type_url] = _Sub(type_url, wildcard=type_url in WILDCARD_TYPES)
+            sub = stream.subs[type_url] = Subscription(type_url, wildcard=type_url in WILDCARD_TYPES)
         nonce: str = request.response_nonce
-        if nonce and sub.nonce is not None:
-            if nonce != sub.nonce:
-                log.debug(
-                    "stale %s request from %s (nonce %s, expected %s): ignored",
-                    short_type_name(type_url),
-                    stream.node_id,
-                    nonce,
-                    sub.nonce,
-                )
-                return []
-            if request.HasField("error_detail"):
-                self._on_nack(stream, sub, request)
-            elif request.version_info == sub.sent_version:
-                self._on_ack(stream, sub)
+        if nonce:
+            push = sub.pending.pop(nonce, None)
+            if push is None:
+                log.debug("%s answer to unknown nonce %s: ignored", short_type_name(type_url), nonce)
+            elif request.HasField("error_detail"):
+                self._on_nack(stream, sub, push, request.error_detail.message)
             else:
-                log.debug(
-                    "%s answer from %s with version %r for sent version %r: ignored",
-                    short_type_name(type_url),
-                    stream.node_id,
-                    request.version_info,
-                    sub.sent_version,
-                )
+                self._on_ack(stream, sub, push)
+
+        # Subscriptions: "*" is the wildcard, which only clusters and listeners use.
         first = not sub.subscribed
-        sub.subscribed = True
+        added = {n for n in request.resource_names_subscribe if n != "*"}
+        if first:
+            sub.subscribed = True
+            initial: Mapping[str, str] = request.initial_resource_versions
+            sub.known = {n: v for n, v in initial.items() if sub.wildcard or n in added}
+        for name in request.resource_names_unsubscribe:
+            sub.names.discard(name)
+            sub.known.pop(name, None)
+            sub.suspects.pop(name, None)
+        added -= sub.names
         if not sub.wildcard:
-            sub.names = frozenset(request.resource_names)
+            sub.names |= added
+
         snapshot = self._snapshot
         if snapshot is None:
-            self._notify()
             return []  # answered by the first set_snapshot
-        if sub.content is None or first:
-            send = True  # a first subscription is always answered
-        else:
-            send = not sub.wildcard and bool(sub.names) and sub.names != sub.sent_names
-        if send:
-            return [self._respond(stream, sub, snapshot)]
-        self._notify()
+        if first:
+            return [self._respond(stream, sub, snapshot, *self._changes(sub, snapshot), always=True)]
+        if added and not sub.wildcard:
+            # Newly asked-for names that exist are sent, whatever Envoy is believed to have.
+            resources = snapshot.of_type(type_url)
+            for name in added:
+                sub.known.pop(name, None)
+            send = {n: resources[n] for n in sorted(added) if n in resources}
+            fallbacks = self._fallbacks(sub.type_url, send, list(send))
+            response = self._respond(stream, sub, snapshot, send, fallbacks, ())
+            return [response] if response is not None else []
         return []
 
-    def _on_ack(self, stream: _Stream, sub: _Sub) -> None:
-        content = sub.content or {}
+    def _on_ack(self, stream: _Stream, sub: Subscription, push: Push) -> None:
+        self.counters.acked(sub.type_url, push.nonce)
         accepted = self._accepted.setdefault(sub.type_url, {})
-        if sub.wildcard:
-            accepted.clear()
-        accepted.update(content)
-        rejected = self._rejected.get(sub.type_url, {})
-        for name in [n for n, (m, _) in rejected.items() if _eq(content.get(n), m)]:
-            del rejected[name]
-        if sub.fallback is not None:
-            # Envoy took the last accepted versions: the version stays rejected.
-            sub.outcome, sub.nack = Outcome.NACKED, sub.fallback
-            self._aggregate(sub.type_url, nack=sub.fallback)
+        rejected = self._rejected.setdefault(sub.type_url, {})
+        for name, resource in push.resources.items():
+            accepted[name] = resource
+            if name in push.fallbacks:
+                # The old version is in, the current one is not: still rejected.
+                sub.suspects[name] = sub.nack = push.fallbacks[name]
+                continue
+            sub.suspects.pop(name, None)
+            entry = rejected.get(name)
+            if entry is not None and entry[0] == resource.version:
+                del rejected[name]  # it was not the culprit after all
+        for name in push.removed:
+            accepted.pop(name, None)
+            sub.suspects.pop(name, None)
+        sub.answered = True
+        if not sub.suspects:
+            sub.nack = None
+            sub.acked_version = push.version
+            self._aggregate(sub.type_url, acked_version=push.version, nack=None)
         else:
-            sub.outcome, sub.nack = Outcome.ACKED, None
-            sub.acked_version = sub.sent_version
-            self._aggregate(sub.type_url, acked_version=sub.sent_version, nack=None)
+            self._aggregate(sub.type_url, nack=sub.nack)
         log.debug(
-            "ACK %s version=%s from %s", short_type_name(sub.type_url), sub.sent_version, stream.node_id
+            "ACK %s version=%s nonce=%s from %s",
+            short_type_name(sub.type_url),
+            push.version,
+            push.nonce,
+            stream.node_id,
         )
 
-    def _on_nack(self, stream: _Stream, sub: _Sub, request: Any) -> None:
+    def _on_nack(self, stream: _Stream, sub: Subscription, push: Push, message: str) -> None:
         assert stream.node_id is not None
-        message: str = request.error_detail.message
-        nack = Nack(
-            type_url=sub.type_url,
-            version=sub.sent_version or "",
-            message=message,
-            node_id=stream.node_id,
-        )
-        sub.outcome = Outcome.NACKED
-        sub.nack = nack
-        accepted = self._accepted.get(sub.type_url, {})
+        self.counters.nacked(sub.type_url, push.nonce)
+        nack = Nack(type_url=sub.type_url, version=push.version, message=message, node_id=stream.node_id)
+        accepted = self._accepted.setdefault(sub.type_url, {})
         rejected = self._rejected.setdefault(sub.type_url, {})
-        for name, resource in (sub.content or {}).items():
-            if not _eq(accepted.get(name), resource):  # accepted before: not the culprit
-                rejected[name] = (resource, nack)
+        for name, resource in push.resources.items():
+            sub.suspects[name] = nack
+            if _version(accepted.get(name)) != resource.version:  # accepted before: not the culprit
+                rejected[name] = (resource.version, nack)
+        sub.answered = True
+        sub.nack = nack
         self._aggregate(sub.type_url, nack=nack)
         log.warning(
-            "Envoy %s rejected %s version %s (stays on %r): %s",
+            "Envoy %s rejected %s version %s (%d resources; it keeps their previous versions): %s",
             stream.node_id,
             short_type_name(sub.type_url),
-            sub.sent_version,
-            request.version_info,
+            push.version,
+            len(push.resources),
             message,
         )
+
+    # ------------------------------------------------------------ responses
 
     def _on_snapshot(self, stream: _Stream) -> list[Any]:
         snapshot = self._snapshot
         if snapshot is None:
             return []
         responses: list[Any] = []
-        synced = False
         order = list(PUSH_ORDER) + [t for t in stream.subs if t not in PUSH_ORDER]
         for type_url in order:
             sub = stream.subs.get(type_url)
             if sub is None or not sub.subscribed:
                 continue
-            if sub.content is None:
-                send = True  # subscribed before the first snapshot
-            elif not sub.active:
+            if not sub.active and sub.responded:
                 continue
-            elif sub.outcome is Outcome.NACKED:
-                send = True  # a new snapshot gets another chance
-            else:
-                send = not _same(self._desired(sub, snapshot), sub.content)
-            if send:
-                responses.append(self._respond(stream, sub, snapshot, notify=False))
-            elif sub.synced_version != snapshot.version:
-                sub.synced_version = snapshot.version
-                synced = True
-        if responses or synced:
-            self._notify()
+            if sub.synced_resources is snapshot.of_type(type_url) and not sub.suspects:
+                sub.synced_version = snapshot.version  # the very resources last synced: no change
+                continue
+            send, fallbacks, removed = self._changes(sub, snapshot, retry_suspects=True)
+            response = self._respond(
+                stream, sub, snapshot, send, fallbacks, removed, always=not sub.responded
+            )
+            if response is not None:
+                responses.append(response)
         return responses
 
-    def _desired(self, sub: _Sub, snapshot: Snapshot) -> dict[str, Message]:
+    def _changes(
+        self, sub: Subscription, snapshot: Snapshot, *, retry_suspects: bool = False
+    ) -> tuple[dict[str, Resource], dict[str, Nack], tuple[str, ...]]:
+        """What ``sub`` lacks of ``snapshot``: (to send, of which fallbacks, names removed)."""
         resources = snapshot.of_type(sub.type_url)
+        known = sub.known
         if sub.wildcard:
-            return dict(resources)
-        return {name: resources[name] for name in sorted(sub.names) if name in resources}
-
-    def _first_content(
-        self, stream: _Stream, sub: _Sub, snapshot: Snapshot
-    ) -> tuple[dict[str, Message], Nack | None]:
-        """The first resources of a type for a stream (a new or restarted Envoy).
-
-        A resource Envoy rejected, and unchanged since, is replaced by the
-        last version an Envoy accepted: a restarted Envoy then serves what the
-        one before it did, instead of losing the resource.
-        """
-        content = self._desired(sub, snapshot)
-        rejected = self._rejected.get(sub.type_url)
-        if not rejected:
-            return content, None
-        accepted = self._accepted.get(sub.type_url, {})
-        fallback = None
-        for name, message in list(content.items()):
-            entry = rejected.get(name)
-            if entry is not None and _eq(entry[0], message) and name in accepted:
-                content[name], fallback = accepted[name], entry[1]
-                log.info(
-                    "%s %r: sending %s its last accepted version (the current one was rejected)",
-                    short_type_name(sub.type_url),
-                    name,
-                    stream.node_id,
-                )
-        return content, fallback
-
-    def _respond(self, stream: _Stream, sub: _Sub, snapshot: Snapshot, *, notify: bool = True) -> Any:
-        if sub.content is None:
-            content, sub.fallback = self._first_content(stream, sub, snapshot)
+            wanted: Any = resources
         else:
-            content, sub.fallback = self._desired(sub, snapshot), None
+            wanted = sorted(n for n in sub.names if n in resources)
+        send: dict[str, Resource] = {}
+        for name in wanted:
+            resource = resources[name]
+            if known.get(name) != resource.version or (retry_suspects and name in sub.suspects):
+                send[name] = resource
+        removed: tuple[str, ...] = ()
+        if sub.wildcard:
+            removed = tuple(sorted(n for n in known if n not in resources))
+        # Only what this Envoy never had is replaced by its last accepted version.
+        return send, self._fallbacks(sub.type_url, send, [n for n in send if n not in known]), removed
+
+    def _fallbacks(self, type_url: str, send: dict[str, Resource], names: Iterable[str]) -> dict[str, Nack]:
+        """Replace in ``send`` those of ``names`` known to be rejected by their last accepted versions."""
+        rejected = self._rejected.get(type_url)
+        if not rejected:
+            return {}
+        accepted = self._accepted.get(type_url, {})
+        fallbacks: dict[str, Nack] = {}
+        for name in names:
+            resource = send[name]
+            entry = rejected.get(name)
+            if entry is not None and entry[0] == resource.version and name in accepted:
+                send[name], fallbacks[name] = accepted[name], entry[1]
+                log.info(
+                    "%s %r: sending its last accepted version (the current one was rejected)",
+                    short_type_name(type_url),
+                    name,
+                )
+        return fallbacks
+
+    def _respond(
+        self,
+        stream: _Stream,
+        sub: Subscription,
+        snapshot: Snapshot,
+        send: dict[str, Resource],
+        fallbacks: dict[str, Nack],
+        removed: tuple[str, ...],
+        *,
+        always: bool = False,
+    ) -> Any:
+        """A response carrying ``send`` and ``removed`` (``None`` if there is nothing to say)."""
+        sub.synced_version = snapshot.version
+        sub.synced_resources = snapshot.of_type(sub.type_url)
+        if not send and not removed and not always:
+            return None
         nonce = str(next(self._nonces))
-        response = discovery_pb2.DiscoveryResponse(
-            version_info=snapshot.version,
+        response = discovery_pb2.DeltaDiscoveryResponse(
+            system_version_info=snapshot.version,
             type_url=sub.type_url,
             nonce=nonce,
-            resources=[self._pack(message) for message in content.values()],
+            removed_resources=removed,
         )
-        sub.nonce = nonce
+        out = response.resources
+        for name, resource in send.items():
+            item = out.add()
+            item.name = name
+            item.version = resource.version
+            item.resource.type_url = resource.type_url
+            item.resource.value = resource.value
+            sub.known[name] = resource.version
+        for name in removed:
+            sub.known.pop(name, None)
+        sub.pending[nonce] = Push(nonce, snapshot.version, send, fallbacks, removed)
+        sub.responded = True
         sub.sent_version = snapshot.version
-        sub.sent_names = sub.names
-        sub.content = content
-        sub.synced_version = snapshot.version
-        sub.outcome = Outcome.PENDING
         self._aggregate(sub.type_url, sent_version=snapshot.version)
+        self.counters.pushed(sub.type_url, nonce)
         log.debug(
-            "push %s version=%s nonce=%s resources=%d to %s",
+            "push %s version=%s nonce=%s resources=%d removed=%d to %s",
             short_type_name(sub.type_url),
             snapshot.version,
             nonce,
-            len(content),
+            len(send),
+            len(removed),
             stream.node_id,
         )
-        if notify:
-            self._notify()
         return response
 
-    def _pack(self, message: Message) -> Any:
-        cached = self._any_cache.get(id(message))
-        if cached is not None and cached[0] is message:
-            return cached[1]
-        packed = any_pb2.Any()
-        packed.Pack(message)
-        self._any_cache[id(message)] = (message, packed)
-        return packed
 
-
-def _eq(a: Message | None, b: Message | None) -> bool:
-    return a is b or (a is not None and b is not None and a == b)
-
-
-def _same(a: Mapping[str, Message], b: Mapping[str, Message]) -> bool:
-    return a.keys() == b.keys() and all(_eq(a[name], b[name]) for name in a)
+def _version(resource: Resource | None) -> str | None:
+    return resource.version if resource is not None else None
 
 
 class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -586,11 +586,14 @@ class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignor
 
     async def StreamAggregatedResources(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
-        async for response in self._server._serve(request_iterator, context):
-            yield response
+    ) -> None:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "weir serves incremental (delta) ADS only; set ads_config.api_type to DELTA_GRPC",
+        )
 
     async def DeltaAggregatedResources(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "weir serves state-of-the-world ADS")
+    ) -> AsyncIterator[Any]:
+        async for response in self._server._serve(request_iterator, context):
+            yield response
