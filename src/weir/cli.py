@@ -15,13 +15,13 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import StringConstraints, TypeAdapter, ValidationError
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
 from weir import DEFAULT_CONTROLLER_NAME, __version__, ir
-from weir.api.meta import Hostname
+from weir.api.meta import DNS1123_LABEL, Hostname, PreciseHostname
 from weir.loader import LoadReport, load_paths
 from weir.resources import Resources
 from weir.translate import Settings, translate
@@ -143,9 +143,81 @@ def _hostname_patterns(value: str | None) -> tuple[str, ...] | None:
     return items
 
 
+def _kube_options(
+    *,
+    kubeconfig: Path | None,
+    namespace: list[str],
+    lease_namespace: str | None,
+    lease_name: str,
+    lease_duration: float,
+    publish_service: str | None,
+    gateway_address: list[str],
+    controller_name: str,
+    reprobe_interval: float,
+) -> tuple[Any, tuple[str, str] | None, tuple[str, ...]]:
+    """``weir run --kubernetes``: the provider's options, the publish Service, the fixed addresses."""
+    from weir.providers.kube_watch import WatchTiming
+    from weir.providers.kubernetes import (
+        KubernetesOptions,
+        default_identity,
+        default_lease_namespace,
+    )
+    from weir.providers.leader import LeaseSettings
+
+    label: TypeAdapter[str] = TypeAdapter(
+        Annotated[str, StringConstraints(pattern=DNS1123_LABEL, max_length=63)]
+    )
+    for ns in namespace:
+        try:
+            label.validate_python(ns)
+        except ValidationError:
+            raise typer.BadParameter(f"--namespace: {ns!r} is not a namespace name") from None
+    publish: tuple[str, str] | None = None
+    if publish_service is not None:
+        ns, _, name = publish_service.partition("/")
+        try:
+            label.validate_python(ns)
+            label.validate_python(name)
+        except ValidationError:
+            raise typer.BadParameter(
+                f"--publish-service must be NAMESPACE/NAME of a Service, got {publish_service!r}"
+            ) from None
+        publish = (ns, name)
+    for address in gateway_address:
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            try:
+                TypeAdapter(PreciseHostname).validate_python(address)
+            except ValidationError:
+                raise typer.BadParameter(
+                    f"--gateway-address: {address!r} is neither an IP address nor a hostname"
+                ) from None
+    try:
+        lease = LeaseSettings.scaled(
+            lease_namespace or default_lease_namespace(), lease_name, default_identity(), lease_duration
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(f"--lease-duration: {exc}") from None
+    options = KubernetesOptions(
+        kubeconfig=str(kubeconfig) if kubeconfig is not None else None,
+        namespaces=tuple(dict.fromkeys(namespace)),
+        controller_name=controller_name,
+        publish_service=publish,
+        lease=lease,
+        timing=WatchTiming(reprobe_s=reprobe_interval),
+    )
+    return options, publish, tuple(gateway_address)
+
+
 @app.command()
 def run(
-    file: Paths,
+    file: Annotated[
+        list[Path],
+        typer.Option(
+            "--file", "-f", help="A YAML file or a folder of them (recursive). Repeatable. Or --kubernetes."
+        ),
+    ] = [],  # noqa: B006 - typer needs a literal default
     controller_name: ControllerName = DEFAULT_CONTROLLER_NAME,
     bind_address: Annotated[
         str, typer.Option(help="Where listeners bind when a Gateway has no IPAddress addresses.")
@@ -185,13 +257,92 @@ def run(
             "at INFO; weir's Python process then spends several times Envoy's CPU on every request).",
         ),
     ] = "stdout",
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            help="Read objects from a Kubernetes API server (instead of --file) and write their status "
+            "back; replicas elect a leader, which writes status.",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --kubernetes: the kubeconfig to use. Default: in-cluster configuration in a pod, "
+            "else $KUBECONFIG, else ~/.kube/config."
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str],
+        typer.Option(
+            help="With --kubernetes: read namespaced objects only in this namespace. Repeatable. "
+            "Default: all namespaces. Cluster-scoped kinds are always read."
+        ),
+    ] = [],  # noqa: B006
+    lease_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="With --kubernetes: namespace of the leader-election Lease. Default: $POD_NAMESPACE, "
+            "else the service account's namespace, else weir-system."
+        ),
+    ] = None,
+    lease_name: Annotated[str, typer.Option(help="With --kubernetes: name of the Lease.")] = "weir-leader",
+    lease_duration: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="With --kubernetes: seconds a leader's Lease lasts without renewal (renewed every "
+            "2/15 of it, given up after 2/3 of it without renewal).",
+        ),
+    ] = 15.0,
+    publish_service: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAMESPACE/NAME",
+            help="With --kubernetes: the Service in front of weir's pods; Gateways' status.addresses come "
+            "from its load-balancer ingress (else its cluster IP).",
+        ),
+    ] = None,
+    gateway_address: Annotated[
+        list[str],
+        typer.Option(
+            metavar="ADDRESS",
+            help="With --kubernetes: an address (IP or hostname) for every Gateway's status.addresses, "
+            "instead of --publish-service. Repeatable.",
+        ),
+    ] = [],  # noqa: B006
+    kube_reprobe_interval: Annotated[
+        float,
+        typer.Option(min=0.1, hidden=True, help="Seconds between probes for a kind not installed."),
+    ] = 30.0,
 ) -> None:
-    """Serve Gateway API manifests from files and folders, reloading them when they change."""
-    from weir.controller import Controller, Options, run_until_signalled
+    """Serve Gateway API manifests from files and folders (reloading them when they change), or from
+    a Kubernetes API server with --kubernetes."""
+    import dataclasses
+
+    from weir.controller import Controller, Options, Provider, run_until_signalled
     from weir.providers.files import FilesProvider
 
     if access_log not in ("stdout", "log"):
         raise typer.BadParameter("--access-log must be stdout or log")
+    if kubernetes == bool(file):
+        raise typer.BadParameter(
+            "give either --file (manifests in files and folders) or --kubernetes (objects from an API server)"
+        )
+    if not kubernetes:
+        given = [
+            flag
+            for flag, value in (
+                ("--kubeconfig", kubeconfig),
+                ("--namespace", namespace),
+                ("--lease-namespace", lease_namespace),
+                ("--publish-service", publish_service),
+                ("--gateway-address", gateway_address),
+            )
+            if value
+        ]
+        if given:
+            raise typer.BadParameter(f"{', '.join(given)}: only with --kubernetes")
     _setup_logging(log_level)
     host, port = _host_port(admin_address, "--admin-address")
     settings = _settings(
@@ -202,8 +353,27 @@ def run(
         denied_cidrs=egress_denied_cidrs,
         allowed_hostnames=egress_allowed_hostnames,
     )
+    provider: Provider
+    if kubernetes:
+        from weir.providers.kubernetes import KubernetesProvider
+
+        kube, publish, addresses = _kube_options(
+            kubeconfig=kubeconfig,
+            namespace=namespace,
+            lease_namespace=lease_namespace,
+            lease_name=lease_name,
+            lease_duration=lease_duration,
+            publish_service=publish_service,
+            gateway_address=gateway_address,
+            controller_name=controller_name,
+            reprobe_interval=kube_reprobe_interval,
+        )
+        settings = dataclasses.replace(settings, publish_service=publish, gateway_addresses=addresses)
+        provider = KubernetesProvider(kube)
+    else:
+        provider = FilesProvider([str(p) for p in file])
     controller = Controller(
-        FilesProvider([str(p) for p in file]),
+        provider,
         settings,
         Options(
             admin_host=host,
@@ -304,11 +474,20 @@ def status(
 
 
 @app.command()
-def crds() -> None:
-    """Print the CustomResourceDefinitions weir defines (XBackend, GatewayClassConfig) as YAML."""
-    from weir.api.crds import render
+def crds(
+    xbackend: Annotated[
+        bool,
+        typer.Option(
+            "--xbackend",
+            help="Also print XBackend's CRD, for a cluster without the Gateway API experimental channel "
+            "(v1.6 and later install XBackend themselves: never apply both).",
+        ),
+    ] = False,
+) -> None:
+    """Print the CustomResourceDefinitions of weir's own kinds (weir.dev) as YAML."""
+    from weir.api.crds import for_cluster, render
 
-    sys.stdout.write(render())
+    sys.stdout.write(render(for_cluster(xbackend=xbackend)))
 
 
 @app.command()

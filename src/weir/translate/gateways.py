@@ -122,6 +122,8 @@ class GatewayContext:
     listeners: list[ListenerContext] = field(default_factory=list)
     addresses: tuple[str, ...] = ()
     conditions: list[st.Condition] = field(default_factory=list)
+    #: ``status.addresses`` when they are not where listeners bind (see :func:`published_addresses`).
+    published: tuple[tuple[str, str], ...] | None = None
 
 
 def accepted_classes(
@@ -380,9 +382,50 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
         )
         return ctx
     ctx.addresses = tuple(addresses) or (settings.bind_address,)
+    if not addresses:
+        ctx.published = published_addresses(resources, settings)
     for spec in gw.spec.listeners:
         ctx.listeners.append(_listener_context(resources, gw, spec, ctx.addresses))
     return ctx
+
+
+def published_addresses(resources: Resources, settings: Settings) -> tuple[tuple[str, str], ...] | None:
+    """``(type, value)`` of where clients reach Gateways without ``spec.addresses``, or ``None`` for
+    the address listeners bind to.
+
+    ``settings.gateway_addresses`` win; else the ``settings.publish_service``
+    Service's ``status.loadBalancer.ingress`` (``ip`` → ``IPAddress``,
+    ``hostname`` → ``Hostname``), else its cluster IP (a Service without
+    either, or missing, publishes nothing yet: a load balancer may still be
+    provisioning).
+    """
+    if settings.gateway_addresses:
+        return tuple((_address_type(a), a) for a in settings.gateway_addresses)
+    if settings.publish_service is None:
+        return None
+    svc = resources.service(*settings.publish_service)
+    if svc is None:
+        return ()
+    found: list[tuple[str, str]] = []
+    balancer = (svc.status or {}).get("loadBalancer")
+    for ingress in (balancer.get("ingress") if isinstance(balancer, dict) else None) or []:
+        if not isinstance(ingress, dict):
+            continue
+        if isinstance(ingress.get("ip"), str) and ingress["ip"]:
+            found.append(("IPAddress", ingress["ip"]))
+        elif isinstance(ingress.get("hostname"), str) and ingress["hostname"]:
+            found.append(("Hostname", ingress["hostname"]))
+    if not found and svc.spec.cluster_ip and _address_type(svc.spec.cluster_ip) == "IPAddress":
+        found.append(("IPAddress", svc.spec.cluster_ip))
+    return tuple(dict.fromkeys(found))
+
+
+def _address_type(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return "Hostname"
+    return "IPAddress"
 
 
 def _gateway_accepted(ctx: GatewayContext) -> None:
@@ -476,7 +519,9 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
             }
         )
     status: dict[str, Any] = {"conditions": conditions, "listeners": listeners}
-    if ctx.addresses:
+    if ctx.published is not None:
+        status["addresses"] = [{"type": kind, "value": value} for kind, value in ctx.published]
+    elif ctx.addresses:
         status["addresses"] = [{"type": "IPAddress", "value": a} for a in ctx.addresses]
     return status
 

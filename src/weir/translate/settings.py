@@ -56,6 +56,13 @@ class Settings:
     ``*.example.com``) every XBackend must match; ``None``: each class's
     parameters, else any hostname; ``()``: any hostname. Non-empty
     ``dns_resolvers`` likewise replace the resolvers of class parameters.
+
+    Gateway ``status.addresses`` (where clients reach a Gateway that requests
+    no ``spec.addresses``): ``gateway_addresses`` when given (an IP address
+    is ``IPAddress``, anything else ``Hostname``); else, with
+    ``publish_service`` (``(namespace, name)``, in a cluster the Service in
+    front of weir's pods), that Service's load-balancer ingress, else its
+    cluster IP; else the address listeners bind to.
     """
 
     controller_name: str = DEFAULT_CONTROLLER_NAME
@@ -65,6 +72,8 @@ class Settings:
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     egress_denied_cidrs: tuple[str, ...] | None = None
     egress_allowed_hostnames: tuple[str, ...] | None = None
+    publish_service: tuple[str, str] | None = None
+    gateway_addresses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for cidr in self.egress_denied_cidrs or ():

@@ -1,0 +1,233 @@
+"""List, then watch, one kind: the loop that keeps the cache equal to the API server.
+
+One :class:`KindWatcher` per kind (and per namespace when ``--namespace``
+limits namespaced kinds) runs :meth:`KindWatcher.run` until cancelled:
+
+1. **List** the kind; the list replaces the kind's objects in the cache (so
+   an object deleted while weir was not watching disappears) and gives the
+   ``resourceVersion`` to watch from.
+2. **Watch** from that version, with bookmarks. Every event, a ``BOOKMARK``
+   included, advances the version; ``ADDED``/``MODIFIED``/``DELETED`` go to
+   the cache in order. The server closes the stream after a few minutes and
+   the watch goes on from the last version: nothing is missed in between.
+3. **410 Gone** (the version was compacted away, in an ``ERROR`` event or
+   as the answer to a new watch): list again (step 1).
+4. **The API server goes away** (connection refused or cut, a timeout, 5xx,
+   429): wait (exponential backoff, capped, jittered), then watch again from
+   the last version, which the server replays from its history, or answers
+   410 and step 3 relists. No event is lost either way.
+5. **404 on the list** (a CRD that is not installed, e.g. XBackend without
+   the experimental channel): the cache marks the kind unserved (translation
+   then refuses references to it with ``InvalidKind``, and the provider logs
+   one line); the kind is probed again every ``reprobe_s`` until its CRD
+   appears, then listed and watched like any other. A CRD removed while
+   watched answers 404 to the next watch: same treatment.
+
+A stream that stays silent (not even a bookmark) for longer than the
+server's own timeout plus a margin is assumed dead and replaced, so a
+half-open connection cannot stall a kind forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from weir.providers.kube_api import KubeApi, WatchedKind, describe, is_transient, status_code
+from weir.providers.kube_cache import ObjectCache
+
+__all__ = ["Backoff", "KindWatcher", "Outage", "WatchTiming"]
+
+log = logging.getLogger("weir.kubernetes")
+
+
+@dataclass(frozen=True)
+class WatchTiming:
+    """How often and how long: ``reprobe_s`` between probes of a kind that is not served;
+    ``server_timeout_s`` asked of the server for each watch request (randomised up to twice, as
+    client-go does, so that watches do not all reconnect together); backoff from
+    ``backoff_initial_s`` doubling up to ``backoff_max_s``."""
+
+    reprobe_s: float = 30.0
+    server_timeout_s: int = 300
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 10.0
+
+
+class Backoff:
+    """Exponential backoff with full jitter: each delay is uniform in [d/2, d], d doubling to ``cap``."""
+
+    def __init__(self, initial: float, cap: float) -> None:
+        self._initial = initial
+        self._cap = cap
+        self._next = initial
+
+    def reset(self) -> None:
+        self._next = self._initial
+
+    def delay(self) -> float:
+        current = self._next
+        self._next = min(self._cap, self._next * 2)
+        return random.uniform(current / 2, current)
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.delay())
+
+
+class Outage:
+    """Says once that the API server cannot be reached, and once that it can again, however many
+    watchers (and writers) notice: an API server restart is two log lines, not two per kind."""
+
+    def __init__(self) -> None:
+        self._failing = 0
+        self._since = 0.0
+
+    def failed(self, what: str) -> None:
+        """A call failed for a reason that retrying may fix (``what`` says which and what next)."""
+        if self._failing == 0:
+            self._since = time.monotonic()
+            log.warning("cannot reach the API server: %s; every watch resumes when it is back", what)
+        else:
+            log.debug("%s", what)
+        self._failing += 1
+
+    def recovered(self) -> None:
+        """A caller that had failed succeeded."""
+        if self._failing > 0:
+            log.info("the API server answers again (after %.1f s)", time.monotonic() - self._since)
+        self._failing = 0
+
+
+class _Gone(Exception):
+    """The version to watch from is no longer available: list again."""
+
+
+class _NotServed(Exception):
+    """The API server does not serve the kind (404)."""
+
+
+class KindWatcher:
+    """Keeps ``cache`` in step with one kind (in one namespace, or all)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        cache: ObjectCache,
+        kind: WatchedKind,
+        namespace: str | None,
+        timing: WatchTiming,
+        outage: Outage | None = None,
+    ) -> None:
+        self.kind = kind
+        self._outage = outage or Outage()
+        self.namespace = namespace
+        self._api = api
+        self._cache = cache
+        self._timing = timing
+        self._backoff = Backoff(timing.backoff_initial_s, timing.backoff_max_s)
+        #: Set once the kind was listed (or found not served) for the first time.
+        self.synced = asyncio.Event()
+        #: The version the cache is at for this kind ('' before the first list).
+        self.version = ""
+        self.lists = 0  # how many times the kind was listed (tests and logs)
+        self._failing = False
+
+    @property
+    def where(self) -> str:
+        return str(self.kind) + (f" in namespace {self.namespace}" if self.namespace else "")
+
+    async def run(self) -> None:
+        """List and watch until cancelled (see the module docstring)."""
+        while True:
+            try:
+                if not self.version:
+                    await self._list()
+                await self._watch()
+            except _Gone:
+                # Routine (history is compacted every few minutes): relisting is the cure.
+                log.debug(
+                    "%s: watch expired (410 Gone) at version %s; listing again", self.where, self.version
+                )
+                self.version = ""
+            except _NotServed:
+                self.version = ""
+                self._cache.unserved(self.kind, self.namespace)
+                self.synced.set()
+                await asyncio.sleep(self._timing.reprobe_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._report(exc)
+                if not is_transient(exc):
+                    # Forbidden, say: retrying will not fix it soon, and weir should not wait for it
+                    # to start serving what it can read (the error is logged; the kind stays empty).
+                    self.synced.set()
+                await self._backoff.wait()
+
+    def _report(self, exc: BaseException) -> None:
+        """Log a failed call: an outage once for all kinds (see :class:`Outage`), any other error
+        once per series for this kind."""
+        action = f"resuming from version {self.version}" if self.version else "listing again"
+        if is_transient(exc):
+            self._outage.failed(f"{self.where}: {describe(exc)}; retrying ({action})")
+        else:
+            level = logging.DEBUG if self._failing else logging.ERROR
+            log.log(level, "%s: %s; retrying (%s)", self.where, describe(exc), action)
+        self._failing = True
+
+    def _recovered(self) -> None:
+        if self._failing:
+            self._outage.recovered()
+        self._failing = False
+        self._backoff.reset()
+
+    async def _list(self) -> None:
+        try:
+            items, version = await self._api.list(self.kind, self.namespace)
+        except Exception as exc:
+            if status_code(exc) == 404:
+                raise _NotServed from exc
+            raise
+        self._cache.replace(self.kind, self.namespace, items)
+        self.version = version
+        self.lists += 1
+        self._recovered()
+        log.debug("%s: listed %d object(s) at version %s", self.where, len(items), version)
+        self.synced.set()
+
+    async def _watch(self) -> None:
+        server_timeout = int(self._timing.server_timeout_s * random.uniform(1.0, 2.0))
+        idle_limit = server_timeout + 30.0
+        loop = asyncio.get_running_loop()
+        stream = self._api.watch(self.kind, self.namespace, self.version, server_timeout)
+        # asyncio.timeout, not wait_for around each event: on Python 3.11 wait_for swallows a
+        # cancellation that arrives as an event does, and stopping would then hang.
+        try:
+            async with asyncio.timeout(idle_limit) as idle:
+                async for event_type, obj in stream:
+                    self._event(event_type, obj)
+                    idle.reschedule(loop.time() + idle_limit)
+        except TimeoutError:
+            log.warning("%s: watch silent for %.0f s; watching again", self.where, idle_limit)
+        except Exception as exc:
+            code = status_code(exc)
+            if code == 410:
+                raise _Gone from exc
+            if code == 404:
+                raise _NotServed from exc
+            raise
+        finally:
+            await stream.aclose()
+
+    def _event(self, event_type: str, obj: dict[str, Any]) -> None:
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if event_type in ("ADDED", "MODIFIED", "DELETED"):
+            self._cache.apply(self.kind, event_type, obj)
+        if version:
+            self.version = version
+        if self._failing:
+            self._recovered()

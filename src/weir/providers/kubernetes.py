@@ -1,0 +1,310 @@
+"""The Kubernetes provider: the API server as the source of objects, and where status goes.
+
+It is the same pipeline as with files: this provider produces immutable
+:class:`~weir.resources.Resources` snapshots for the controller, and accepts
+the statuses the controller publishes. How it is built (one module per part):
+
+* :mod:`~weir.providers.kube_api` — the calls, over the ``lightkube``
+  asyncio client, every kind as a generic (plain JSON) resource; the
+  configuration is ``--kubeconfig``, else in-cluster in a pod, else
+  ``$KUBECONFIG`` or ``~/.kube/config``.
+* :mod:`~weir.providers.kube_watch` — per kind (and per namespace when
+  ``--namespace`` limits namespaced kinds; cluster-scoped kinds are always
+  watched cluster-wide): **list, then watch** from the list's
+  ``resourceVersion`` with bookmarks; every event advances the version, so
+  a dropped connection resumes where it stopped; **410 Gone** lists again
+  and *replaces* the kind in the cache, so deletions in the gap are seen;
+  the API server going away means **backoff** (exponential, capped,
+  jittered) and resuming; a kind the server does not serve (**404**, a CRD
+  not installed) is logged once, marked unserved (references to it get
+  ``ResolvedRefs=False``/``InvalidKind``), and probed again periodically.
+* :mod:`~weir.providers.kube_cache` — the **cache**: each object validated
+  with weir's models and error wording (a bad object is a problem naming
+  ``Kind ns/name: field path: message`` and its last valid version keeps
+  serving); ``managedFields`` and ``kubectl``'s last-applied annotation
+  dropped; Secret and ConfigMap data kept only while something references
+  them, fetched again when a reference appears.
+* Snapshots are **debounced**: a burst of events becomes one snapshot
+  ``debounce_s`` after its first event.
+* :mod:`~weir.providers.leader` — **leader election** with a
+  ``coordination.k8s.io/v1`` Lease. Every replica lists, watches, translates
+  and serves its own Envoy; only the leader writes status. Losing the Lease
+  (renewal failing past the renew deadline, or another holder seen) stops
+  writes at once; a clean stop hands the Lease back.
+* :mod:`~weir.providers.kube_status` — **status writes** through the status
+  subresource, only for the objects translation gives a status (weir's
+  GatewayClasses and what attaches to them), only when different from what
+  the object holds, guarded by ``resourceVersion`` with retries on 409,
+  keeping other controllers' ``parents``/``ancestors`` entries. weir's own
+  write comes back as an event that changes nothing: writes converge.
+
+:data:`WATCHED` lists what is read (the deployment's RBAC grants exactly
+list/watch on these, ``patch`` on their ``status``, and Leases). It follows
+:data:`weir.api.registry.MODELS`: a kind weir reads in files, it reads in a
+cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightkube import KubeConfig
+
+from weir import DEFAULT_CONTROLLER_NAME
+from weir.api import registry
+from weir.api.meta import ObjectKey
+from weir.providers.kube_api import SERVICE_ACCOUNT_DIR, KubeApi, WatchedKind, describe, load_config
+from weir.providers.kube_cache import DATA_KINDS, CacheStats, KubeSnapshot, ObjectCache
+from weir.providers.kube_status import StatusWriter
+from weir.providers.kube_watch import Backoff, KindWatcher, Outage, WatchTiming
+from weir.providers.leader import LeaderElector, LeaseSettings
+
+__all__ = [
+    "DEFAULT_LEASE_NAME",
+    "WATCHED",
+    "KubernetesOptions",
+    "KubernetesProvider",
+    "WatchedKind",
+    "default_identity",
+    "default_lease_namespace",
+]
+
+log = logging.getLogger("weir.kubernetes")
+
+#: Every kind weir reads from the API server: those translation reads (one per model).
+WATCHED: tuple[WatchedKind, ...] = tuple(WatchedKind.of(model) for model in registry.MODELS)
+
+DEFAULT_LEASE_NAME = "weir-leader"
+#: Where the Lease lives when nothing says otherwise (outside a pod, without ``$POD_NAMESPACE``).
+FALLBACK_LEASE_NAMESPACE = "weir-system"
+
+
+def default_identity() -> str:
+    """This replica's name in the Lease: ``$POD_NAME`` (else the host name) and a random suffix,
+    so that a restarted container never mistakes its predecessor's lease for its own."""
+    base = os.environ.get("POD_NAME") or socket.gethostname() or "weir"
+    return f"{base}-{secrets.token_hex(3)}"
+
+
+def default_lease_namespace() -> str:
+    """``$POD_NAMESPACE``, else the service account's namespace, else ``weir-system``."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return Path(SERVICE_ACCOUNT_DIR, "namespace").read_text().strip() or FALLBACK_LEASE_NAMESPACE
+    except OSError:
+        return FALLBACK_LEASE_NAMESPACE
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """How to reach the API server and what to read.
+
+    ``namespaces``: limit namespaced kinds to these (empty: all).
+    ``publish_service``: ``(namespace, name)`` of the Service in front of
+    weir's pods (also translation's ``Settings.publish_service``): its
+    namespace is always watched for Services. ``lease``: leader election;
+    ``None`` writes status without electing (a single replica, or tests).
+    ``write_status``: ``False`` never writes (a read-only replica).
+    """
+
+    kubeconfig: str | None = None
+    namespaces: tuple[str, ...] = ()
+    controller_name: str = DEFAULT_CONTROLLER_NAME
+    publish_service: tuple[str, str] | None = None
+    lease: LeaseSettings | None = None
+    write_status: bool = True
+    debounce_s: float = 0.05
+    timing: WatchTiming = field(default_factory=WatchTiming)
+    kinds: tuple[WatchedKind, ...] = WATCHED
+
+
+class KubernetesProvider:
+    """Objects from the API server, status back to it. ``start()`` first, ``stop()`` at the end."""
+
+    def __init__(self, options: KubernetesOptions, config: KubeConfig | None = None) -> None:
+        self.options = options
+        self._config = config
+        self._changed = asyncio.Event()
+        self.cache = ObjectCache(on_change=self._changed.set)
+        self._api: KubeApi | None = None
+        self.watchers: list[KindWatcher] = []
+        self.elector: LeaderElector | None = None
+        self.writer: StatusWriter | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._snapshot: KubeSnapshot | None = None
+        self._fetch_backoff = Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s)
+        self._outage = Outage()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Connect, list every kind (retrying until the API server answers), start watching,
+        electing and writing. Returns once the first complete snapshot is ready."""
+        options = self.options
+        config = self._config
+        if config is None:
+            config = await asyncio.to_thread(load_config, options.kubeconfig)
+        self._api = api = KubeApi(config)
+        log.info("reading from the API server at %s", api.server)
+        # Secrets and ConfigMaps last: the references to them are known by then, so their data is
+        # kept or dropped on arrival instead of being fetched again one by one.
+        first = [k for k in options.kinds if k.kind not in DATA_KINDS]
+        then = [k for k in options.kinds if k.kind in DATA_KINDS]
+        try:
+            for group in (first, then):
+                watchers = [
+                    KindWatcher(api, self.cache, kind, namespace, options.timing, self._outage)
+                    for kind in group
+                    for namespace in self._scopes(kind)
+                ]
+                self.watchers += watchers
+                self._tasks += [
+                    asyncio.create_task(w.run(), name=f"weir-watch-{w.kind.kind}") for w in watchers
+                ]
+                await self._synced(watchers)
+            await self._fetch_wanted()
+            self._changed.clear()
+            self._snapshot = self.cache.snapshot()
+            if options.write_status:
+                self._start_status(api)
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _start_status(self, api: KubeApi) -> None:
+        options = self.options
+        lease = options.lease
+        if lease is not None:
+            self.elector = LeaderElector(api, lease, on_change=self._leadership)
+        elector = self.elector
+        self.writer = StatusWriter(
+            api,
+            self.cache,
+            {k.kind: k for k in options.kinds},
+            options.controller_name,
+            (lambda: elector.is_leader) if elector is not None else (lambda: True),
+            Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
+            self._outage,
+        )
+        self._tasks.append(asyncio.create_task(self.writer.run(), name="weir-status-writer"))
+        if elector is not None:
+            self._tasks.append(asyncio.create_task(elector.run(), name="weir-leader-election"))
+
+    def _leadership(self, leading: bool) -> None:
+        if leading and self.writer is not None:
+            self.writer.resync()
+
+    async def stop(self) -> None:
+        """Stop watching, writing and renewing; then hand the Lease back if held; close the connection."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.elector is not None:
+            await self.elector.release()
+        if self._api is not None:
+            with contextlib.suppress(Exception):
+                await self._api.close()
+            self._api = None
+
+    def _scopes(self, kind: WatchedKind) -> list[str | None]:
+        """The namespaces to watch ``kind`` in (``None``: all, or cluster-scoped)."""
+        if not kind.namespaced or not self.options.namespaces:
+            return [None]
+        scopes = list(dict.fromkeys(self.options.namespaces))
+        publish = self.options.publish_service
+        if kind.kind == "Service" and publish is not None and publish[0] not in scopes:
+            scopes.append(publish[0])
+        return list(scopes)
+
+    async def _synced(self, watchers: list[KindWatcher]) -> None:
+        """Wait until every watcher listed once, saying what is still missing every 10 s."""
+        started = time.monotonic()
+        while True:
+            pending = [w for w in watchers if not w.synced.is_set()]
+            if not pending:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await asyncio.gather(*(w.synced.wait() for w in pending))
+                continue
+            log.warning(
+                "still waiting for the API server after %.0f s: not listed yet: %s",
+                time.monotonic() - started,
+                ", ".join(w.where for w in pending),
+            )
+
+    # ------------------------------------------------------------------ the provider interface
+
+    def load(self) -> KubeSnapshot:
+        """The snapshot made when :meth:`start` finished (or the latest one :meth:`watch` yielded)."""
+        if self._snapshot is None:
+            raise RuntimeError("KubernetesProvider.load() before start()")
+        return self._snapshot
+
+    async def watch(self) -> AsyncIterator[KubeSnapshot]:
+        """A new snapshot after each burst of changes (``debounce_s`` after its first event)."""
+        while True:
+            await self._changed.wait()
+            await asyncio.sleep(self.options.debounce_s)
+            await self._fetch_wanted()
+            self._changed.clear()
+            self._snapshot = self.cache.snapshot()
+            yield self._snapshot
+
+    def write_status(self, statuses: Mapping[ObjectKey, dict[str, Any]]) -> None:
+        """The statuses weir publishes now; the leader writes those that differ, in the background."""
+        if self.writer is not None:
+            self.writer.submit(statuses)
+
+    # ------------------------------------------------------------------ data on demand
+
+    async def _fetch_wanted(self) -> None:
+        """Fetch the data of Secrets and ConfigMaps that became referenced while held without it."""
+        wanted = self.cache.wanted()
+        if not wanted or self._api is None:
+            return
+        api = self._api
+        kinds = {k.kind: k for k in self.options.kinds}
+
+        async def fetch(key: ObjectKey, version: str) -> bool:
+            kind = kinds[key.kind]
+            try:
+                raw = await api.get(kind, key.namespace, key.name)
+            except Exception as exc:
+                log.warning("could not read %s for its data: %s; retrying", key, describe(exc))
+                return False
+            if raw is not None:
+                self.cache.fill(kind, raw, version)
+            return True
+
+        results = await asyncio.gather(*(fetch(key, version) for key, version in sorted(wanted.items())))
+        if all(results):
+            self._fetch_backoff.reset()
+        else:
+            asyncio.get_running_loop().call_later(self._fetch_backoff.delay(), self._changed.set)
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def leader(self) -> bool:
+        """Whether this replica writes status now."""
+        if not self.options.write_status:
+            return False
+        return self.elector.is_leader if self.elector is not None else True
+
+    def cache_stats(self) -> CacheStats:
+        return self.cache.stats()
