@@ -333,9 +333,12 @@ class Controller:
             self._settle.clear()
             await self._settle_once()
             if not self.programmed() and self._current.state.rejection is None:
-                # Still waiting for an ACK or a socket: look again shortly.
+                # Still waiting for an ACK or a socket: look again shortly. (asyncio.timeout, not
+                # wait_for: on Python 3.11 wait_for can swallow a cancellation that arrives as
+                # the event is set, and stopping would hang.)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._settle.wait(), 0.1)
+                    async with asyncio.timeout(0.1):
+                        await self._settle.wait()
                 self._settle.set()
 
     async def _settle_once(self) -> None:

@@ -136,9 +136,11 @@ def accepted_classes(
 
     ``SupportedVersion`` is always True. The Gateway API defines it from the
     ``gateway.networking.k8s.io/bundle-version`` annotation of the installed
-    CRDs, and in standalone mode there are none: weir reads manifests with
-    its own models of :data:`GATEWAY_API_VERSION`, so that is the version
-    whose resources are supported, whatever CRDs a cluster elsewhere has.
+    CRDs, and in standalone mode there are none; in a cluster, whatever
+    CRDs are installed, weir reads objects with its own models of
+    :data:`GATEWAY_API_VERSION` (fields it does not know are dropped, as
+    the API server of an older version would), so that is the version whose
+    resources are supported.
     """
     names: set[str] = set()
     statuses: dict[ObjectKey, dict[str, Any]] = {}
@@ -164,7 +166,7 @@ def accepted_classes(
             True,
             st.R_SUPPORTED_VERSION,
             f"weir implements Gateway API {GATEWAY_API_VERSION} and reads these resources with its own "
-            "models of that version (no CRDs are consulted in standalone mode)",
+            "models of that version",
             gen,
         )
         statuses[gc.key] = {"conditions": [accepted, supported]}
