@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -349,23 +350,34 @@ async def test_objects_from_the_api_serve_traffic_and_status_is_written_back(
         await eventually(lambda: weir.served_by("/v1/models", None), timeout=5)
 
 
-async def test_watch_expiry_mid_stream_relists_without_losing_an_update(
-    api: ApiServerDouble, weir: KubeWeir
-) -> None:
-    port = free_port("127.0.0.2")
+@contextlib.asynccontextmanager
+async def two_upstreams(port: int) -> AsyncIterator[None]:
+    """Recording upstreams ``a`` (127.0.0.2) and ``b`` (127.0.0.3) on ``port``."""
     async with (
         RecordingUpstream("a", host="127.0.0.2", port=port),
         RecordingUpstream("b", host="127.0.0.3", port=port),
     ):
-        create(
-            api,
-            gateway_class(),
-            gateway(weir.gateway_port),
-            service("a", "127.0.0.2", port),
-            service("b", "127.0.0.3", port),
-            route("one", "/one", to_service("a", port)),
-            route("two", "/two", to_service("a", port)),
-        )
+        yield
+
+
+def create_two_services(api: ApiServerDouble, weir: KubeWeir, port: int, *routes: str) -> None:
+    """The class, weir's Gateway, Services ``a`` and ``b``, and a route ``/NAME`` → ``a`` per name."""
+    create(
+        api,
+        gateway_class(),
+        gateway(weir.gateway_port),
+        service("a", "127.0.0.2", port),
+        service("b", "127.0.0.3", port),
+        *(route(name, f"/{name}", to_service("a", port)) for name in routes),
+    )
+
+
+async def test_watch_expiry_mid_stream_relists_without_losing_an_update(
+    api: ApiServerDouble, weir: KubeWeir
+) -> None:
+    port = free_port("127.0.0.2")
+    async with two_upstreams(port):
+        create_two_services(api, weir, port, "one", "two")
         await weir.start()
         assert await weir.served_by("/one", "a") and await weir.served_by("/two", "a")
         assert weir.provider is not None
@@ -391,20 +403,8 @@ async def test_api_server_restart_resumes_or_relists_and_traffic_never_stops(
     api: ApiServerDouble, weir: KubeWeir
 ) -> None:
     port = free_port("127.0.0.2")
-    async with (
-        RecordingUpstream("a", host="127.0.0.2", port=port),
-        RecordingUpstream("b", host="127.0.0.3", port=port),
-    ):
-        create(
-            api,
-            gateway_class(),
-            gateway(weir.gateway_port),
-            service("a", "127.0.0.2", port),
-            service("b", "127.0.0.3", port),
-            route("one", "/one", to_service("a", port)),
-            route("two", "/two", to_service("a", port)),
-            route("three", "/three", to_service("a", port)),
-        )
+    async with two_upstreams(port):
+        create_two_services(api, weir, port, "one", "two", "three")
         await weir.start()
         assert weir.provider is not None
         http_routes = next(w for w in weir.provider.watchers if w.kind.kind == "HTTPRoute")
