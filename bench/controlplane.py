@@ -488,7 +488,8 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
     from weir.controller import _keep_retiring
     from weir.loader import gc_paused
     from weir.providers.files import FilesProvider
-    from weir.translate import Settings, translate
+    from weir.translate import Settings
+    from weir.translate.incremental import Translator
     from weir.xds.cache import BuildCache
     from weir.xds.snapshot import PUSH_ORDER, Snapshot, snapshot_version
 
@@ -521,7 +522,8 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
     # As the controller does: the collector paused while a snapshot is translated and built,
     # and what was made frozen afterwards (weir.controller.Controller._apply).
     with gc_paused():
-        translation = timed("translate", translate, snapshot.resources, settings)
+        translator = Translator(settings)
+        translation = timed("translate", translator.translate, snapshot.resources)
         builder = BuildCache()
         resources = timed("build", builder.build, translation.ir)
         version = timed("hash", snapshot_version, resources)
@@ -564,7 +566,7 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
                 provider._reload({os.path.abspath(path)})
                 t1 = time.perf_counter()
                 assert provider.snapshot is not None
-                edited = translate(provider.snapshot.resources, settings)
+                edited = translator.translate(provider.snapshot.resources)
                 t2 = time.perf_counter()
                 desired = builder.build(edited.ir)
                 t3 = time.perf_counter()
@@ -590,6 +592,7 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
     out["gc2_pauses"] = len(pauses)
     out["gc2_pause_max"] = max(pauses, default=0.0)
     out["build_cache"] = builder.stats()
+    out["translator"] = dict(translator.counts)
     return out
 
 

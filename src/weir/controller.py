@@ -38,7 +38,8 @@ from weir.loader import Problem, gc_paused
 from weir.resources import Resources
 from weir.status_store import StatusStore
 from weir.telemetry import Sources, Telemetry
-from weir.translate import Settings, Translation, translate
+from weir.translate import Settings, Translation
+from weir.translate.incremental import Translator
 from weir.translate.status import DataPlaneState, apply_data_plane, attribute_rejection
 from weir.xds import accesslog
 from weir.xds.cache import BuildCache
@@ -121,6 +122,8 @@ class Controller:
     def __init__(self, provider: Provider, settings: Settings, options: Options = Options()) -> None:
         self._provider = provider
         self._settings = settings
+        #: translation that recomputes only what a change affects (weir.translate.incremental)
+        self._translator = Translator(settings)
         self._options = options
         self._store = StatusStore()
         self._current = _Current()
@@ -273,7 +276,7 @@ class Controller:
         started = time.perf_counter()
         self._current.problems = tuple(provider_snapshot.problems)
         try:
-            translation = translate(provider_snapshot.resources, self._settings)
+            translation = self._translator.translate(provider_snapshot.resources)
             resources = self._builder.build(translation.ir)
         except Exception as exc:  # a bug must not take down the configuration being served
             self.telemetry.translation(time.perf_counter() - started, failed=True)

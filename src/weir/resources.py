@@ -11,6 +11,7 @@ arrived.
 from __future__ import annotations
 
 import bisect
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,11 @@ class Resources:
     _by_kind: Mapping[str, tuple[KubeObject, ...]] = field(default_factory=dict, repr=False)
     _slices_by_service: Mapping[tuple[str, str], tuple[EndpointSlice, ...]] = field(
         default_factory=dict, repr=False
+    )
+    #: Set by :meth:`with_changes`: the Resources it was made from (weakly: a chain of every
+    #: earlier snapshot must not stay alive) and the keys that differ from it.
+    _delta: tuple[weakref.ref[Resources], frozenset[ObjectKey]] | None = field(
+        default=None, repr=False, compare=False
     )
 
     @classmethod
@@ -111,9 +117,18 @@ class Resources:
             slices = MappingProxyType({k: tuple(v) for k, v in grouped.items()})
         return Resources(
             objects=MappingProxyType(by_key),
+            unserved=self.unserved,
             _by_kind=MappingProxyType(by_kind),
             _slices_by_service=slices,
+            _delta=(weakref.ref(self), frozenset(gone | upserts.keys())),
         )
+
+    def changed_since(self, base: Resources) -> frozenset[ObjectKey] | None:
+        """The keys that differ from ``base`` when this was made from it by :meth:`with_changes`
+        (some may hold an equal object again); ``None`` when that is not known."""
+        if self._delta is None or self._delta[0]() is not base:
+            return None
+        return self._delta[1]
 
     def __len__(self) -> int:
         return len(self.objects)

@@ -24,19 +24,20 @@ from weir.translate.backends import BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
     ListenerContext,
+    RouteEntry,
     accepted_classes,
     gateway_contexts,
     gateway_status,
 )
 from weir.translate.grpcroutes import kind_conflicts, translate_grpc_routes
-from weir.translate.routes import RouteTable, translate_http_routes
+from weir.translate.routes import RouteTable, RouteUnit, place_unit, translate_http_routes
 from weir.translate.settings import Settings
 from weir.translate.tcproutes import tcp_backends, translate_tcp_routes
 from weir.translate.tlslisteners import tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
 from weir.translate.virtualhosts import claimed, owned_virtual_hosts
 
-__all__ = ["Settings", "Translation", "translate"]
+__all__ = ["Pass", "Settings", "Translation", "full_pass", "routed_listener", "translate"]
 
 
 @dataclass(frozen=True)
@@ -57,29 +58,66 @@ class Translation:
 
 
 def translate(resources: Resources, settings: Settings) -> Translation:
+    return full_pass(resources, settings).translation
+
+
+@dataclass
+class Pass:
+    """A full translation and what it was made from, which :mod:`weir.translate.incremental`
+    patches after a change instead of translating again.
+
+    ``units``: every HTTPRoute's :class:`~weir.translate.routes.RouteUnit`,
+    placed in ``gateways``' listener contexts. ``other``: what the other
+    route kinds and the listeners' certificates added to the upstreams and
+    secrets. ``http_sockets`` and ``tls_sockets``: the listeners of each
+    socket that serves HTTP, or TLS (HTTPS among them; see :func:`routed_listener`).
+    ``egress``: the policy inputs (Gateway → class, class → policy, the
+    policy of unused XBackends). ``refused``: upstreams the egress policy
+    refused, and the secrets only they used.
+    """
+
+    translation: Translation
+    gateways: list[GatewayContext]
+    units: list[RouteUnit]
+    other: RouteTable
+    http_sockets: dict[tuple[str, int], list[ListenerContext]]
+    tls_sockets: dict[tuple[str, int], list[ListenerContext]]
+    egress: tuple[dict[ObjectKey, str], dict[str, egress.ClassPolicy], egress.ClassPolicy]
+    refused: frozenset[str]
+    refused_secrets: frozenset[str]
+
+
+def full_pass(resources: Resources, settings: Settings) -> Pass:
+    """Translate ``resources`` from scratch (:func:`translate`), keeping the intermediate results."""
     classes, statuses = accepted_classes(resources, settings)
     gateways = gateway_contexts(resources, settings, classes)
     resolver = BackendResolver(resources, settings)
     table = RouteTable()
     conflicts = kind_conflicts(resources, gateways)  # HTTPRoutes and GRPCRoutes sharing hostnames
-    statuses.update(
-        translate_http_routes(
-            resources,
-            gateways,
-            resolver,
-            settings.controller_name,
-            table,
-            request_timeout_ms=settings.request_timeout_ms,
-            lost=conflicts.lost,
-        )
+    units = translate_http_routes(
+        resources,
+        gateways,
+        resolver,
+        settings.controller_name,
+        request_timeout_ms=settings.request_timeout_ms,
+        lost=conflicts.lost,
     )
+    for unit in units:
+        place_unit(unit, table)
+        if unit.status is not None:
+            statuses[unit.key] = unit.status
+    other = RouteTable()
     statuses.update(
-        translate_grpc_routes(resources, gateways, resolver, settings.controller_name, table, conflicts)
+        translate_grpc_routes(resources, gateways, resolver, settings.controller_name, other, conflicts)
     )
-    statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, table))
-    statuses.update(translate_tls_routes(resources, gateways, resolver, settings.controller_name, table))
+    statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, other))
+    statuses.update(translate_tls_routes(resources, gateways, resolver, settings.controller_name, other))
+    table.upstreams.update(other.upstreams)
+    table.secrets.update(other.secrets)
+    table.tcp.update(other.tcp)
     # After every kind of route has resolved its backends: the policy depends on all users.
-    _apply_egress_policy(resources, settings, classes, gateways, resolver, table)
+    policy = _egress_inputs(resources, settings, classes, gateways)
+    refused, refused_secrets = _apply_egress_policy(policy, gateways, resolver, table)
     statuses.update(resolver.xbackend_statuses(settings.controller_name))
     statuses.update(resolver.tls_policies.statuses(settings.controller_name))
     statuses.update(resolver.credential_policies.statuses(settings.controller_name))
@@ -107,16 +145,15 @@ def translate(resources: Resources, settings: Settings) -> Translation:
                     http_sockets.setdefault(sock, []).append(lc)
             for cert in lc.certificates:
                 table.secrets[cert.name] = cert
+                other.secrets[cert.name] = cert
 
     listeners = tuple(
         _tcp_listener(sock, table)
         if sockets[sock] == "TCP"
-        else tls_listener(_listener_name(*sock), *sock, tls_sockets[sock])
-        if sockets[sock] == "TLS"
-        else _listener(sock, http_sockets[sock])
+        else routed_listener(sock, http_sockets, tls_sockets)
         for sock in sorted(sockets)
     )
-    return Translation(
+    translation = Translation(
         ir=ir.IR(
             listeners=listeners,
             upstreams=tuple(table.upstreams[name] for name in sorted(table.upstreams)),
@@ -125,6 +162,9 @@ def translate(resources: Resources, settings: Settings) -> Translation:
         ),
         statuses=dict(sorted(statuses.items())),
         gateway_sockets=gateway_sockets,
+    )
+    return Pass(
+        translation, gateways, units, other, http_sockets, tls_sockets, policy, refused, refused_secrets
     )
 
 
@@ -137,7 +177,19 @@ def _tcp_listener(socket: tuple[str, int], table: RouteTable) -> ir.TcpListener:
     return ir.TcpListener(_listener_name(address, port), address, port, table.tcp.get(socket, ()))
 
 
-def _listener(socket: tuple[str, int], listeners: list[ListenerContext]) -> ir.Listener:
+def routed_listener(
+    socket: tuple[str, int],
+    http_sockets: Mapping[tuple[str, int], list[ListenerContext]],
+    tls_sockets: Mapping[tuple[str, int], list[ListenerContext]],
+) -> ir.Listener | ir.TlsListener:
+    """The listener of a socket that serves HTTP (``http_sockets``) or TLS (the others), made from the
+    routes placed in its listener contexts."""
+    if socket in http_sockets:
+        return _http_listener(socket, http_sockets[socket])
+    return tls_listener(_listener_name(*socket), *socket, tls_sockets[socket])
+
+
+def _http_listener(socket: tuple[str, int], listeners: list[ListenerContext]) -> ir.Listener:
     """The HTTP listener of ``socket``: one route configuration for the ``listeners`` on it, each
     serving the Hosts it owns with its own routes (see :mod:`weir.translate.virtualhosts`)."""
     address, port = socket
@@ -158,27 +210,35 @@ def _listener(socket: tuple[str, int], listeners: list[ListenerContext]) -> ir.L
     )
 
 
-def _apply_egress_policy(
-    resources: Resources,
-    settings: Settings,
-    classes: set[str],
-    gateways: list[GatewayContext],
-    resolver: BackendResolver,
-    table: RouteTable,
-) -> None:
-    """Give each external upstream its egress guard; drop those the policy refuses.
+EgressInputs = tuple[dict[ObjectKey, str], dict[str, egress.ClassPolicy], egress.ClassPolicy]
 
-    A refused XBackend is treated like one whose TLS settings do not load:
-    its share of requests is answered 500 and its own status says why.
-    """
+
+def _egress_inputs(
+    resources: Resources, settings: Settings, classes: set[str], gateways: list[GatewayContext]
+) -> EgressInputs:
+    """What the egress policy of an XBackend is made of: each Gateway's class, each class's policy,
+    and the policy of XBackends no Gateway uses."""
     policies = {
         name: egress.class_policy(resources, settings, resources.get(GatewayClass, "", name))
         for name in sorted(classes)
     }
     gateway_classes = {ctx.gateway.key: ctx.gateway.spec.gateway_class_name for ctx in gateways}
-    settled = resolver.apply_egress_policy(
-        gateway_classes, policies, egress.class_policy(resources, settings, None)
-    )
+    return gateway_classes, policies, egress.class_policy(resources, settings, None)
+
+
+def _apply_egress_policy(
+    policy: EgressInputs,
+    gateways: list[GatewayContext],
+    resolver: BackendResolver,
+    table: RouteTable,
+) -> tuple[frozenset[str], frozenset[str]]:
+    """Give each external upstream its egress guard; drop those the policy refuses.
+
+    A refused XBackend is treated like one whose TLS settings do not load:
+    its share of requests is answered 500 and its own status says why.
+    Returns the refused upstreams and the secrets that were resolved for them.
+    """
+    settled = resolver.apply_egress_policy(*policy)
     refused: set[str] = set()
     orphans: set[str] = set()
     for name, (upstream, secrets) in settled.items():
@@ -189,7 +249,7 @@ def _apply_egress_policy(
         table.upstreams.pop(name, None)
         orphans.update(secret.name for secret in secrets)
     if not refused:
-        return
+        return frozenset(), frozenset()
     in_use = {
         ref
         for upstream in table.upstreams.values()
@@ -202,13 +262,20 @@ def _apply_egress_policy(
         table.secrets.pop(secret_name, None)
     for by_domain in [lc.routes for ctx in gateways for lc in ctx.listeners]:
         for entries in by_domain.values():
-            entries[:] = [(key, _without_upstreams(route, refused)) for key, route in entries]
+            entries[:] = [_entry_without_upstreams(entry, refused) for entry in entries]
     for socket, backends in table.tcp.items():
         table.tcp[socket] = _without_tcp_upstreams(backends, refused)
     for ctx in gateways:
         for lc in ctx.listeners:
             for server_name, backends in lc.relays.items():
                 lc.relays[server_name] = _without_tcp_upstreams(backends, refused)
+    return frozenset(refused), frozenset(orphans)
+
+
+def _entry_without_upstreams(entry: RouteEntry, refused: set[str]) -> RouteEntry:
+    """``entry`` itself when its route uses nothing ``refused``, else with that route's replacement."""
+    route = _without_upstreams(entry[1], refused)
+    return entry if route is entry[1] else (entry[0], route)
 
 
 def _without_tcp_upstreams(

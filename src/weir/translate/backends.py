@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,14 +364,27 @@ class BackendResolver:
             settled[upstream.name] = (upstream, verdict.secrets)
         return settled
 
-    def xbackend_statuses(self, controller_name: str) -> dict[ObjectKey, dict[str, Any]]:
-        """``status.parents`` for every XBackend, one entry per Gateway whose routes use it.
+    def register_users(self, xbackend: ObjectKey, gateways: set[ObjectKey]) -> None:
+        """Record that routes attached to ``gateways`` resolved ``xbackend``, as :meth:`resolve` does
+        (for :mod:`weir.translate.incremental`, which knows users without resolving every route)."""
+        self._xbackend_users[xbackend].update(gateways)
+
+    def xbackend_statuses(
+        self, controller_name: str, only: set[ObjectKey] | None = None
+    ) -> dict[ObjectKey, dict[str, Any]]:
+        """``status.parents`` for every XBackend (or those in ``only``), one entry per Gateway whose
+        routes use it.
 
         Entries written by other controllers are kept; weir's entries for
         Gateways that no longer use the XBackend disappear. At most 32.
         """
         out: dict[ObjectKey, dict[str, Any]] = {}
-        for xb in self._resources.xbackends:
+        if only is None:
+            xbackends: Iterable[XBackend] = self._resources.xbackends
+        else:
+            found = (self._resources.get(XBackend, key.namespace, key.name) for key in sorted(only))
+            xbackends = [xb for xb in found if xb is not None]
+        for xb in xbackends:
             users = sorted(self._xbackend_users.get(xb.key, ()))
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation

@@ -17,11 +17,12 @@ from weir.api.gateway_v1 import (
 )
 from weir.api.gateway_v1_grpcroute import GRPCRoute
 from weir.api.meta import KubeObject, ObjectKey
+from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate import status as st
 from weir.translate.backends import BackendResolver, RefFailure
-from weir.translate.gateways import GatewayContext, ListenerContext
+from weir.translate.gateways import GatewayContext, ListenerContext, RouteEntry
 
 Socket = tuple[str, int]
 
@@ -56,64 +57,134 @@ class Attachment:
     hostnames: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class RouteUnit:
+    """What one HTTPRoute contributes to a translation, from the route and what it reads alone.
+
+    Computing a unit mutates nothing; :func:`place_unit` applies it. That
+    split is what lets :mod:`weir.translate.incremental` recompute only the
+    units a change can affect and take the others from the previous
+    translation: a unit depends on the route, the Gateways' listener
+    contexts (not on routes placed in them), the namespaces, ReferenceGrants
+    and policies, and the backends it names (``reads``), nothing else.
+
+    ``status``: the route's status, ``None`` when weir writes none.
+    ``placements``: (listener, domain, entry) for each IR route it serves.
+    ``attached``: the listeners it counts in (each once). ``gateways``: the
+    Gateways it is attached to (users of its XBackends). ``upstreams`` and
+    ``secrets``: what its backendRefs resolved to (XBackends before the
+    egress policy). ``reads``: the Service and XBackend keys its backendRefs
+    name, resolved or not. ``uses``: the XBackends it resolved, whose
+    ``status.parents`` and egress policy its ``gateways`` take part in.
+    """
+
+    key: ObjectKey
+    status: dict[str, Any] | None
+    placements: tuple[tuple[ListenerContext, str, RouteEntry], ...] = ()
+    attached: tuple[ListenerContext, ...] = ()
+    gateways: frozenset[ObjectKey] = frozenset()
+    upstreams: Mapping[str, ir.Upstream] = field(default_factory=dict)
+    secrets: Mapping[str, ir.Secret] = field(default_factory=dict)
+    reads: frozenset[ObjectKey] = frozenset()
+    uses: frozenset[ObjectKey] = frozenset()
+
+
 def translate_http_routes(
     resources: Resources,
     gateways: list[GatewayContext],
     resolver: BackendResolver,
     controller_name: str,
-    table: RouteTable,
     *,
     request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
     lost: Mapping[ObjectKey, Mapping[int, str]] | None = None,
-) -> dict[ObjectKey, dict[str, Any]]:
-    """Attach every HTTPRoute, fill ``table``, and return the routes' statuses.
-
-    Increments ``attachedRoutes`` on the listeners routes attach to. Only
-    parentRefs to weir's Gateways (or to Gateways that do not exist) get a
-    status entry; entries of other controllers are kept as they are.
-    ``request_timeout_ms`` is the request timeout of rules without an MCP
-    backend (see :func:`_action`). ``lost``: by route, the listeners (``id``
-    of their context) it lost to an older GRPCRoute, and why (see
-    :func:`weir.translate.grpcroutes.kind_conflicts`).
-    """
+) -> list[RouteUnit]:
+    """The :class:`RouteUnit` of every HTTPRoute, in order (see :func:`http_route_unit`)."""
     by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    existing = {gw.key for gw in resources.gateways}
-    statuses: dict[ObjectKey, dict[str, Any]] = {}
-    for route in resources.http_routes:
-        parents: list[tuple[ParentReference, st.Condition]] = []
-        attachments: list[Attachment] = []
-        unsupported = unsupported_fields(route)
-        for ref in route.spec.parent_refs:
-            if ref.group != GROUP or ref.kind != "Gateway":
-                continue
-            gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
-            ctx = by_key.get(gw_key)
-            if ctx is None and gw_key in existing:
-                continue  # another controller's Gateway
-            accepted, found = attach(
-                resources, route, ref, ctx, gw_key, unsupported, (lost or {}).get(route.key)
-            )
-            attachments.extend(found)
-            parents.append((ref, accepted))
-        if not parents:
-            stale = st.parents_status(route.status, controller_name, [])
-            if stale is not None:  # weir's entries for Gateways the route no longer names
-                statuses[route.key] = stale
+    existing = frozenset(gw.key for gw in resources.gateways)
+    return [
+        http_route_unit(
+            resources,
+            route,
+            by_key,
+            existing,
+            resolver,
+            controller_name,
+            request_timeout_ms=request_timeout_ms,
+            lost=(lost or {}).get(route.key),
+        )
+        for route in resources.http_routes
+    ]
+
+
+def http_route_unit(
+    resources: Resources,
+    route: HTTPRoute,
+    by_key: Mapping[ObjectKey, GatewayContext],
+    existing: frozenset[ObjectKey],
+    resolver: BackendResolver,
+    controller_name: str,
+    *,
+    request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
+    lost: Mapping[int, str] | None = None,
+) -> RouteUnit:
+    """Attach ``route`` to the listeners of ``by_key`` (weir's Gateways), resolve its backends.
+
+    Only parentRefs to weir's Gateways (or to Gateways that do not exist:
+    ``existing`` are all Gateways) get a status entry; entries of other
+    controllers are kept as they are. ``request_timeout_ms`` is the request
+    timeout of rules without an MCP backend (see :func:`_action`). ``lost``:
+    the listeners (``id`` of their context) the route lost to an older
+    GRPCRoute, and why (see :func:`weir.translate.grpcroutes.kind_conflicts`).
+    """
+    parents: list[tuple[ParentReference, st.Condition]] = []
+    attachments: list[Attachment] = []
+    unsupported = unsupported_fields(route)
+    for ref in route.spec.parent_refs:
+        if ref.group != GROUP or ref.kind != "Gateway":
             continue
-        gateways_used = {a.listener.gateway.key for a in attachments}
-        resolved = _resolve_rules(route, resolver, gateways_used, table, request_timeout_ms)
-        seen: set[int] = set()
-        for att in attachments:
-            if id(att.listener) not in seen:
-                seen.add(id(att.listener))
-                att.listener.attached += 1
-            _add_routes(route, att, resolved)
-        ours = [
-            route_parent_entry(route, ref, controller_name, accepted, resolved.failure)
-            for ref, accepted in parents
-        ]
-        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
-    return statuses
+        gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
+        ctx = by_key.get(gw_key)
+        if ctx is None and gw_key in existing:
+            continue  # another controller's Gateway
+        accepted, found = attach(resources, route, ref, ctx, gw_key, unsupported, lost)
+        attachments.extend(found)
+        parents.append((ref, accepted))
+    if not parents:
+        # weir's entries for Gateways the route no longer names
+        return RouteUnit(route.key, st.parents_status(route.status, controller_name, []))
+    gateways_used = frozenset(a.listener.gateway.key for a in attachments)
+    table = RouteTable()
+    resolved = _resolve_rules(route, resolver, set(gateways_used), table, request_timeout_ms)
+    attached: dict[int, ListenerContext] = {}
+    placements: list[tuple[ListenerContext, str, RouteEntry]] = []
+    for att in attachments:
+        attached.setdefault(id(att.listener), att.listener)
+        placements.extend(_route_entries(route, att, resolved))
+    ours = [
+        route_parent_entry(route, ref, controller_name, accepted, resolved.failure)
+        for ref, accepted in parents
+    ]
+    return RouteUnit(
+        key=route.key,
+        status=st.parents_status(route.status, controller_name, ours) or {"parents": []},
+        placements=tuple(placements),
+        attached=tuple(attached.values()),
+        gateways=gateways_used,
+        upstreams=table.upstreams,
+        secrets=table.secrets,
+        reads=resolved.reads,
+        uses=resolved.uses,
+    )
+
+
+def place_unit(unit: RouteUnit, table: RouteTable) -> None:
+    """Apply ``unit``: count it on its listeners, serve its routes there, add what it resolved."""
+    for listener in unit.attached:
+        listener.attached += 1
+    for listener, domain, entry in unit.placements:
+        listener.routes[domain].append(entry)
+    table.upstreams.update(unit.upstreams)
+    table.secrets.update(unit.secrets)
 
 
 def attach(
@@ -300,6 +371,9 @@ class _Rule:
 class _ResolvedRules:
     rules: tuple[_Rule, ...]
     failure: RefFailure | None
+    #: The Service and XBackend keys the backendRefs name; the XBackends that resolved.
+    reads: frozenset[ObjectKey] = frozenset()
+    uses: frozenset[ObjectKey] = frozenset()
 
 
 #: A backend's identity within a rule: requests to the same upstream with the same edits merge.
@@ -315,16 +389,23 @@ def _resolve_rules(
 ) -> _ResolvedRules:
     rules: list[_Rule] = []
     failure: RefFailure | None = None
+    reads: set[ObjectKey] = set()
+    uses: set[ObjectKey] = set()
 
     def resolve(ref: BackendRef) -> tuple[str | None, bool]:
         """The upstream name (``None``: unusable) and whether it streams; records failures."""
         nonlocal failure
+        target = backend_key(ref, route.namespace)
+        if target is not None:
+            reads.add(target)
         result = resolver.resolve(
             route_kind="HTTPRoute", route_namespace=route.namespace, ref=ref, gateways=gateways
         )
         if isinstance(result, RefFailure):
             failure = failure or result
             return None, False
+        if target is not None and target.kind == "XBackend":
+            uses.add(target)
         for secret in result.secrets:
             table.secrets[secret.name] = secret
         if result.upstream is None:
@@ -360,7 +441,14 @@ def _resolve_rules(
             )
             action = _action(weights, timing, found, tuple(mirrors))
         rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
-    return _ResolvedRules(tuple(rules), failure)
+    return _ResolvedRules(tuple(rules), failure, frozenset(reads), frozenset(uses))
+
+
+def backend_key(ref: BackendRef, route_namespace: str) -> ObjectKey | None:
+    """The key of the Service or XBackend ``ref`` names; ``None`` for any other kind."""
+    if (ref.group, ref.kind) == ("", "Service") or (ref.group, ref.kind) == (XBACKEND_GROUP, "XBackend"):
+        return ObjectKey(ref.kind, ref.namespace or route_namespace, ref.name)
+    return None
 
 
 def _action(
@@ -401,7 +489,12 @@ def _backend_order(key: _BackendKey) -> tuple[bool, str, str]:
     return (name is None, name or "", repr((req, resp)))
 
 
-def _add_routes(route: HTTPRoute, att: Attachment, resolved: _ResolvedRules) -> None:
+def _route_entries(
+    route: HTTPRoute, att: Attachment, resolved: _ResolvedRules
+) -> list[tuple[ListenerContext, str, RouteEntry]]:
+    """Where ``route`` serves what on the listener of ``att``: (listener, domain, (sort key, IR route)),
+    in precedence order ``key`` (see :func:`place_route`)."""
+    out: list[tuple[ListenerContext, str, RouteEntry]] = []
     created = route.metadata.creation_timestamp or ""
     scheme = "https" if att.listener.protocol == "HTTPS" else "http"
     for ri, rule in enumerate(route.spec.rules):
@@ -418,7 +511,9 @@ def _add_routes(route: HTTPRoute, att: Attachment, resolved: _ResolvedRules) -> 
                 cors=resolved_rule.cors,
             )
             key = (*_precedence(match), created, route.namespace, route.name, ri, mi)
-            place_route(att, key, ir_route)
+            entry = (key, ir_route)
+            out.extend((att.listener, host, entry) for host in att.hostnames)
+    return out
 
 
 def place_route(att: Attachment, key: SortKey, ir_route: ir.Route) -> None:

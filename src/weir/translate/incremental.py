@@ -1,0 +1,398 @@
+"""Incremental translation: after a change, recompute only what it can affect.
+
+:class:`Translator` gives, for each snapshot of one source, exactly what
+:func:`weir.translate.translate` gives (``tests/translate/test_incremental.py``
+holds it to that over random edit sequences), at a cost that follows the
+change rather than the number of objects: at 10,000 routes a one-route edit
+costs about a millisecond instead of most of a second.
+
+How. A full translation (:func:`weir.translate.full_pass`) keeps its
+intermediate results: every HTTPRoute's :class:`~weir.translate.routes.RouteUnit`
+(what the route contributes, computed from the route and what it reads
+alone), the listener contexts the units are placed in, the upstream and
+secret tables. The next snapshot is compared with the last one by object
+identity (providers hand over the same object for what did not change), and
+when every change is of a kind whose effects are known exactly —
+HTTPRoutes, XBackends, Services and EndpointSlices — it is *patched*:
+
+1. The routes to recompute: the changed ones and those naming a changed
+   backend (``RouteUnit.reads``). Their old units are taken out of the
+   listener contexts and the new ones put in.
+2. The XBackends to settle again: the changed ones and those the old or new
+   units resolved. Their users (Gateways), egress policy, upstream and
+   status are recomputed from the users the units record.
+3. Only the listeners where a unit was taken out or put in are assembled
+   again (a route configuration is rebuilt for its own socket only); the
+   statuses, upstreams and secrets of everything else are the same objects
+   as before, so what consumes them can compare by identity.
+
+Anything else falls back to a full translation, which is always correct:
+a change of another kind (a Gateway, a Secret, a ReferenceGrant, a policy,
+a Namespace ...), any GRPCRoute (its hostname conflicts with HTTPRoutes
+are settled globally), a touched backend that a TCPRoute, TLSRoute or
+policy also names, an XBackend the egress policy refuses before or after,
+and the first snapshot. :attr:`Translator.counts` says how often each path
+was taken.
+
+The translator owns the state it patches (listener contexts are mutated in
+place); a failure while patching discards it, so the next snapshot is
+translated in full.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from weir import ir
+from weir.api.discovery_v1 import EndpointSlice
+from weir.api.gateway_v1_tlsroute import TLSRoute
+from weir.api.gateway_v1alpha2 import TCPRoute
+from weir.api.meta import ObjectKey
+from weir.resources import Resources
+from weir.translate import Pass, Settings, Translation, full_pass, routed_listener
+from weir.translate.backends import BackendResolver
+from weir.translate.gateways import GatewayContext, ListenerContext, gateway_status
+from weir.translate.policies import targets
+from weir.translate.routes import RouteUnit, backend_key, http_route_unit
+
+#: Kinds whose changes a patch follows exactly; a change of any other kind means a full translation.
+PATCHED_KINDS = frozenset({"HTTPRoute", "XBackend", "Service", "EndpointSlice"})
+
+Socket = tuple[str, int]
+
+
+@dataclass
+class _State:
+    """What the last translation was made from, indexed for patching; owned by one :class:`Translator`."""
+
+    resources: Resources
+    translation: Translation
+    passed: Pass
+    by_key: dict[ObjectKey, GatewayContext]
+    existing: frozenset[ObjectKey]
+    units: dict[ObjectKey, RouteUnit]
+    #: backend (Service or XBackend key) -> the routes whose backendRefs name it
+    readers: dict[ObjectKey, set[ObjectKey]]
+    #: XBackend -> route -> the Gateways that route is attached to (the XBackend's users)
+    users: dict[ObjectKey, dict[ObjectKey, frozenset[ObjectKey]]]
+    #: how many units contribute each upstream and secret name
+    upstream_refs: Counter[str]
+    secret_refs: Counter[str]
+    #: the IR tables by name (final: egress policy applied, refused upstreams out)
+    upstreams: dict[str, ir.Upstream]
+    secrets: dict[str, ir.Secret]
+    #: backends that something besides HTTPRoutes reads (TCPRoutes, TLSRoutes, policies, the
+    #: published Service): touching one means a full translation
+    pinned: frozenset[ObjectKey]
+    listener_at: dict[Socket, int] = field(default_factory=dict)
+
+
+class Translator:
+    """:func:`weir.translate.translate` for successive snapshots of one source (see the module doc)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._state: _State | None = None
+        #: how many translations were full, patched, or found nothing changed
+        self.counts: Counter[str] = Counter()
+
+    def translate(self, resources: Resources) -> Translation:
+        state, self._state = self._state, None  # a failure below leaves nothing half-patched
+        if state is not None:
+            if resources.objects is state.resources.objects or (
+                resources.unserved == state.resources.unserved
+                and not (changed := _changed(state.resources, resources))
+            ):
+                state.resources = resources
+                self._state = state
+                self.counts["unchanged"] += 1
+                return state.translation
+            why = "unserved kinds" if resources.unserved != state.resources.unserved else None
+            why = why or _patch(state, resources, changed, self.settings)
+            if why is None:
+                self._state = state
+                self.counts["patched"] += 1
+                return state.translation
+            self.counts[f"full: {why}"] += 1
+        self._state = _index(resources, full_pass(resources, self.settings), self.settings)
+        self.counts["full"] += 1
+        return self._state.translation
+
+
+def _changed(base: Resources, resources: Resources) -> set[ObjectKey]:
+    """Keys added, replaced (by identity) or removed since ``base``."""
+    before, after = base.objects, resources.objects
+    known = resources.changed_since(base)
+    if known is not None:
+        return {key for key in known if before.get(key) is not after.get(key)}
+    changed = {key for key, obj in after.items() if before.get(key) is not obj}
+    kept = len(after) - sum(1 for key in changed if key not in before)
+    if kept < len(before):  # something was removed
+        changed.update(key for key in before if key not in after)
+    return changed
+
+
+def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
+    units = {unit.key: unit for unit in passed.units}
+    readers: dict[ObjectKey, set[ObjectKey]] = {}
+    users: dict[ObjectKey, dict[ObjectKey, frozenset[ObjectKey]]] = {}
+    upstream_refs: Counter[str] = Counter()
+    secret_refs: Counter[str] = Counter()
+    for unit in passed.units:
+        for backend in unit.reads:
+            readers.setdefault(backend, set()).add(unit.key)
+        for xbackend in unit.uses:
+            users.setdefault(xbackend, {})[unit.key] = unit.gateways
+        upstream_refs.update(unit.upstreams.keys())
+        secret_refs.update(unit.secrets.keys())
+    pinned: set[ObjectKey] = set()
+    relayed: list[TCPRoute | TLSRoute] = [*resources.tcp_routes, *resources.tls_routes]
+    for route in relayed:
+        for rule in route.spec.rules:
+            pinned.update(
+                key for ref in rule.backend_refs if (key := backend_key(ref, route.namespace)) is not None
+            )
+    for policy_targets in (
+        *map(targets, resources.backend_tls_policies),
+        *map(targets, resources.backend_credential_policies),
+        *map(targets, resources.backend_mcp_policies),
+    ):
+        pinned.update(ObjectKey(t.kind, t.namespace, t.name) for t in policy_targets)
+    if settings.publish_service is not None:
+        pinned.add(ObjectKey("Service", *settings.publish_service))
+    translation = passed.translation
+    return _State(
+        resources=resources,
+        translation=translation,
+        passed=passed,
+        by_key={ctx.gateway.key: ctx for ctx in passed.gateways},
+        existing=frozenset(gw.key for gw in resources.gateways),
+        units=units,
+        readers=readers,
+        users=users,
+        upstream_refs=upstream_refs,
+        secret_refs=secret_refs,
+        upstreams={u.name: u for u in translation.ir.upstreams},
+        secrets={s.name: s for s in translation.ir.secrets},
+        pinned=frozenset(pinned),
+        listener_at={(lst.address, lst.port): i for i, lst in enumerate(translation.ir.listeners)},
+    )
+
+
+def _changed_backends(state: _State, resources: Resources, changed: Iterable[ObjectKey]) -> set[ObjectKey]:
+    """The Services and XBackends whose resolution ``changed`` can alter (a slice: its Service)."""
+    out: set[ObjectKey] = set()
+    for key in changed:
+        if key.kind in ("Service", "XBackend"):
+            out.add(key)
+        elif key.kind == EndpointSlice.KIND:
+            for obj in (state.resources.objects.get(key), resources.objects.get(key)):
+                if isinstance(obj, EndpointSlice) and obj.service_name:
+                    out.add(ObjectKey("Service", key.namespace, obj.service_name))
+    return out
+
+
+def _patch(state: _State, resources: Resources, changed: set[ObjectKey], settings: Settings) -> str | None:
+    """Bring ``state`` to ``resources``; else (``state`` untouched) why only a full pass can."""
+    if any(key.kind not in PATCHED_KINDS for key in changed):
+        return "other kinds changed"
+    if resources.grpc_routes:
+        return "GRPCRoutes"
+    backends = _changed_backends(state, resources, changed)
+    todo = {key for key in changed if key.kind == "HTTPRoute"}
+    for backend in backends:
+        todo.update(state.readers.get(backend, ()))
+
+    # Compute everything first, mutate nothing until the patch is known to apply.
+    resolver = BackendResolver(resources, settings)
+    old_units = {key: state.units.get(key) for key in todo}
+    new_units: dict[ObjectKey, RouteUnit | None] = {}
+    for key in sorted(todo):
+        route = resources.objects.get(key)
+        new_units[key] = (
+            None
+            if route is None
+            else http_route_unit(
+                resources,
+                route,  # type: ignore[arg-type]
+                state.by_key,
+                state.existing,
+                resolver,
+                settings.controller_name,
+                request_timeout_ms=settings.request_timeout_ms,
+            )
+        )
+    units = [u for u in (*old_units.values(), *new_units.values()) if u is not None]
+    touched = set(backends)
+    for unit in units:
+        touched |= unit.reads
+    if touched & state.pinned:
+        return "a backend other objects name"
+    passed = state.passed
+    if any(name in passed.refused_secrets for unit in units for name in unit.secrets):
+        return "refused XBackend"
+
+    settle = {key for key in backends if key.kind == "XBackend"}
+    for unit in units:
+        settle |= unit.uses
+    users: dict[ObjectKey, dict[ObjectKey, frozenset[ObjectKey]]] = {}
+    for xbackend in settle:
+        found = {k: v for k, v in state.users.get(xbackend, {}).items() if k not in todo}
+        found.update((k, u.gateways) for k, u in new_units.items() if u is not None and xbackend in u.uses)
+        users[xbackend] = found
+        if found:
+            resolver.register_users(xbackend, {gw for gateways in found.values() for gw in gateways})
+    settled = resolver.apply_egress_policy(*passed.egress)
+    if any(upstream is None for upstream, _ in settled.values()) or any(
+        name in passed.refused for unit in units for name in unit.upstreams
+    ):
+        return "refused XBackend"  # a full pass rewrites every route using it
+    xbackend_statuses = resolver.xbackend_statuses(settings.controller_name, only=settle)
+
+    # Apply.
+    statuses = dict(state.translation.statuses)
+    added = False
+    listeners: dict[int, ListenerContext] = {}
+    upstream_names: set[str] = set(settled)
+    secret_names: set[str] = set()
+    new_upstreams: dict[str, ir.Upstream] = {}
+    new_secrets: dict[str, ir.Secret] = {}
+    for key in sorted(todo):
+        old, new = old_units[key], new_units[key]
+        if old is not None:
+            _unplace(state, old, listeners)
+            upstream_names.update(old.upstreams)
+            secret_names.update(old.secrets)
+        if new is not None:
+            _place(state, new, listeners)
+            upstream_names.update(new.upstreams)
+            secret_names.update(new.secrets)
+            new_upstreams.update(new.upstreams)
+            new_secrets.update(new.secrets)
+        added |= _set_status(statuses, key, None if new is None else new.status)
+    for xbackend, found in users.items():
+        if found:
+            state.users[xbackend] = found
+        else:
+            state.users.pop(xbackend, None)
+        added |= _set_status(statuses, xbackend, xbackend_statuses.get(xbackend))
+    for ctx in {id(lc.gateway): state.by_key[lc.gateway.key] for lc in listeners.values()}.values():
+        _set_status(statuses, ctx.gateway.key, gateway_status(ctx))
+
+    upstreams_moved = _update_table(
+        state.upstreams,
+        state.upstream_refs,
+        upstream_names,
+        {**new_upstreams, **{name: up for name, (up, _) in settled.items() if up is not None}},
+        passed.other.upstreams,
+    )
+    secrets_moved = _update_table(
+        state.secrets, state.secret_refs, secret_names, new_secrets, passed.other.secrets
+    )
+    before = state.translation.ir
+    ir_listeners = list(before.listeners)
+    for socket in sorted({sock for lc in listeners.values() for sock in lc.sockets}):
+        at = state.listener_at.get(socket)
+        if at is not None:  # served (a listener whose certificate does not load serves nothing)
+            ir_listeners[at] = routed_listener(socket, passed.http_sockets, passed.tls_sockets)
+    state.translation = Translation(
+        ir=ir.IR(
+            listeners=tuple(ir_listeners),
+            upstreams=_ordered(state.upstreams, before.upstreams, upstreams_moved, upstream_names),
+            secrets=_ordered(state.secrets, before.secrets, secrets_moved, secret_names),
+            dns=before.dns,
+        ),
+        statuses=dict(sorted(statuses.items())) if added else statuses,
+        gateway_sockets=state.translation.gateway_sockets,
+    )
+    state.resources = resources
+    return None
+
+
+def _unplace(state: _State, unit: RouteUnit, listeners: dict[int, ListenerContext]) -> None:
+    for lc in unit.attached:
+        lc.attached -= 1
+        listeners[id(lc)] = lc
+    for lc, domain, entry in unit.placements:
+        lc.routes[domain].remove(entry)
+        listeners[id(lc)] = lc
+    for backend in unit.reads:
+        readers = state.readers.get(backend)
+        if readers is not None:
+            readers.discard(unit.key)
+            if not readers:
+                del state.readers[backend]
+    state.upstream_refs.subtract(unit.upstreams.keys())
+    state.secret_refs.subtract(unit.secrets.keys())
+    del state.units[unit.key]
+
+
+def _place(state: _State, unit: RouteUnit, listeners: dict[int, ListenerContext]) -> None:
+    for lc in unit.attached:
+        lc.attached += 1
+        listeners[id(lc)] = lc
+    for lc, domain, entry in unit.placements:
+        lc.routes[domain].append(entry)
+        listeners[id(lc)] = lc
+    for backend in unit.reads:
+        state.readers.setdefault(backend, set()).add(unit.key)
+    state.upstream_refs.update(unit.upstreams.keys())
+    state.secret_refs.update(unit.secrets.keys())
+    state.units[unit.key] = unit
+
+
+def _set_status(
+    statuses: dict[ObjectKey, dict[str, Any]], key: ObjectKey, status: dict[str, Any] | None
+) -> bool:
+    """Put or drop ``key``'s status; ``True`` when the key is new (the order must be made again)."""
+    if status is None:
+        statuses.pop(key, None)
+        return False
+    before = statuses.get(key)
+    if before is None:
+        statuses[key] = status
+        return True
+    if before != status:  # an equal status stays the same object: consumers compare by identity
+        statuses[key] = status
+    return False
+
+
+def _update_table(
+    table: dict[str, Any],
+    refs: Counter[str],
+    names: set[str],
+    fresh: Mapping[str, Any],
+    pinned: Mapping[str, Any],
+) -> bool:
+    """Settle ``names`` in ``table``: kept while a unit contributes them (``refs``) or something else
+    does (``pinned``), with the value from ``fresh`` when it has one. ``True`` if names came or went."""
+    moved = False
+    for name in names:
+        if refs[name] <= 0:
+            refs.pop(name, None)
+            if name not in pinned:
+                moved |= table.pop(name, None) is not None
+                continue
+        moved |= name not in table
+        if name in fresh:
+            table[name] = fresh[name]
+    return moved
+
+
+def _ordered(
+    table: Mapping[str, Any], before: tuple[Any, ...], moved: bool, names: Iterable[str]
+) -> tuple[Any, ...]:
+    """``table``'s values in name order (as a full pass orders them): ``before`` with the values of
+    ``names`` replaced, unless names came or went (``moved``)."""
+    if moved:
+        return tuple(table[name] for name in sorted(table))
+    out = list(before)
+    for name in names:
+        if name in table:
+            at = bisect.bisect_left(out, name, key=lambda item: item.name)
+            out[at] = table[name]
+    return tuple(out)
