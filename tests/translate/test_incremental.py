@@ -143,7 +143,8 @@ spec:
     tls = rng.choice(
         [
             "",
-            f"  tls: {{mode: ServerOnly, validation: {{hostname: {host}, wellKnownCACertificates: System}}}}\n",
+            f"  tls: {{mode: ServerOnly, validation: {{hostname: {host}, "
+            "wellKnownCACertificates: System}}\n",
             "  tls: {mode: ServerOnly}\n",
             f"  tls: {{mode: ServerOnly, validation: {{hostname: {host}, caCertificateRefs: [{{group: '', "
             "kind: ConfigMap, name: ca}]}}\n",
@@ -201,7 +202,8 @@ def backend_ref(rng: random.Random) -> str:
     if roll < 0.75:
         return f"{{name: s{rng.randrange(SERVICES)}, port: {rng.choice([80, 81])}{weight}}}"
     if roll < 0.85:
-        return f"{{group: gateway.networking.x-k8s.io, kind: XBackend, name: x{rng.randrange(2)}, namespace: other}}"
+        name = f"x{rng.randrange(2)}"
+        return "{group: gateway.networking.x-k8s.io, kind: XBackend, name: " + name + ", namespace: other}"
     if roll < 0.92:
         return "{group: gateway.networking.x-k8s.io, kind: XBackend, name: missing}"
     return "{group: example.com, kind: Bucket, name: b}"
@@ -217,7 +219,9 @@ def http_route(rng: random.Random, i: int) -> str:
         ],
         rng.randint(1, 2),
     )
-    hostnames = rng.sample(["a.example.com", "b.example.com", "*.example.com", "other.org"], rng.randint(0, 2))
+    hostnames = rng.sample(
+        ["a.example.com", "b.example.com", "*.example.com", "other.org"], rng.randint(0, 2)
+    )
     rules = []
     for r in range(1 if rng.random() < 0.7 else 2):
         refs = ", ".join(backend_ref(rng) for _ in range(1 if rng.random() < 0.7 else 2))
@@ -268,7 +272,9 @@ def world(rng: random.Random) -> dict[ObjectKey, KubeObject]:
     return objects("---\n".join(parts))
 
 
-def step(rng: random.Random, current: dict[ObjectKey, KubeObject]) -> tuple[dict[ObjectKey, KubeObject], set[ObjectKey]]:
+def step(
+    rng: random.Random, current: dict[ObjectKey, KubeObject]
+) -> tuple[dict[ObjectKey, KubeObject], set[ObjectKey]]:
     """One random change: upserts and removals."""
     roll = rng.random()
     texts: list[str] = []
