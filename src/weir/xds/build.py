@@ -183,9 +183,9 @@ def listener_part(
     upstreams: Mapping[str, ir.Upstream],
     secrets: Mapping[str, ir.Secret],
     *,
-    build_route: Callable[[ir.Route, Mapping[str, ir.Upstream]], Any] | None = None,
+    encode_route: Callable[[ir.Route, Mapping[str, ir.Upstream]], bytes] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
-    """What one IR listener becomes (see :meth:`Parts.listener`); ``build_route`` as in
+    """What one IR listener becomes (see :meth:`Parts.listener`); ``encode_route`` as in
     :func:`weir.xds.routes.route_configuration`."""
     name = listener.name
     out: dict[str, dict[str, Any]] = {LISTENER: {}, ROUTE: {}}
@@ -206,11 +206,11 @@ def listener_part(
         for server in listener.https:
             # The server's routes, shaped as a listener's: the same route configuration.
             routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
-            out[ROUTE][server.name] = route_configuration(routes, upstreams, build_route=build_route)
+            out[ROUTE][server.name] = route_configuration(routes, upstreams, encode_route=encode_route)
     else:
         mcp_tools = uses_tool_policies(listener.virtual_hosts, upstreams)
         out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools)
-        out[ROUTE][name] = route_configuration(listener, upstreams, build_route=build_route)
+        out[ROUTE][name] = route_configuration(listener, upstreams, encode_route=encode_route)
     return out, tuple(tunneled)
 
 

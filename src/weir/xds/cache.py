@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from envoy.config.route.v3 import route_components_pb2
-
 from weir import ir
 from weir.xds import build as _build
 from weir.xds.clusters import upstream_cluster
@@ -60,6 +58,11 @@ class _Reads(Mapping[str, _V]):
         if value is _ABSENT:
             raise KeyError(name)
         return value  # type: ignore[no-any-return]
+
+    def get(self, name: str, default: Any = None) -> Any:  # Mapping's goes through KeyError
+        value = self._data.get(name, _ABSENT)
+        self.seen[name] = value
+        return default if value is _ABSENT else value
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
@@ -154,6 +157,17 @@ class _Memo(Generic[_T]):
         self._new[name] = entry
         return entry.value
 
+    def get_same(self, name: str, source: Any) -> _T | None:
+        """The value of a part that read no upstreams or secrets, when built from ``source`` itself
+        (the common case once translation hands over the same objects); ``None`` otherwise, and
+        :meth:`get` decides. The cheap path taken 10,000 times per build for clusters."""
+        entry = self._old.get(name)
+        if entry is None or entry.source is not source or entry.upstreams or entry.secrets:
+            return None
+        self.hits += 1
+        self._new[name] = entry
+        return entry.value
+
     def rotate(self, *, keep_old: bool = False) -> None:
         """Start a new generation: keep what the last one used (and, with ``keep_old``, the rest)."""
         if keep_old:
@@ -184,6 +198,9 @@ class _CachedParts(_build.Parts):
         self._cache = cache
 
     def cluster(self, upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
+        same = self._cache._clusters.get_same(upstream.name, upstream)
+        if same is not None:
+            return same
         return self._cache._clusters.get(
             upstream.name,
             upstream,
@@ -213,12 +230,11 @@ class _CachedParts(_build.Parts):
             # The listener changed (or an upstream it uses): its routes that did not are reused.
             routes = self._cache._routes.setdefault(listener.name, _Memo(self._cache._equal))
 
-            def one(route: ir.Route, u: Mapping[str, ir.Upstream]) -> Any:
-                value = routes.get(route.name, route, u, _NO_SECRETS, lambda uu, _s: _route_bytes(route, uu))
-                return route_components_pb2.Route.FromString(value)
+            def one(route: ir.Route, u: Mapping[str, ir.Upstream]) -> bytes:
+                return routes.get(route.name, route, u, _NO_SECRETS, lambda uu, _s: _route_bytes(route, uu))
 
             try:
-                built, tunneled = _build.listener_part(listener, u, s, build_route=one)
+                built, tunneled = _build.listener_part(listener, u, s, encode_route=one)
             except BaseException:
                 routes.rotate(keep_old=True)
                 raise
