@@ -215,7 +215,7 @@ async def test_file_edit_reroutes_without_restarting_envoy(weir: Weir) -> None:
         RecordingUpstream("b", host="127.0.0.3", port=port),
     ):
         weir.write("web.yaml", services_manifests(weir.gateway_port, {"svc-a": ("127.0.0.2", port, 1)}))
-        await weir.start()
+        controller = await weir.start()
         pid = weir.envoy_pid
         async with httpx.AsyncClient() as client:
             assert (await client.get(weir.url("/"))).json()["upstream"] == "a"
@@ -235,6 +235,8 @@ async def test_file_edit_reroutes_without_restarting_envoy(weir: Weir) -> None:
         assert elapsed < 1.0
         assert failures == [], "requests failed while routing moved (make-before-break broken)"
         assert weir.envoy_pid == pid
+        # A route, its Service and its slice changed: the controller patched the last translation.
+        assert controller._translator.last == "patched", controller._translator.counts
 
 
 async def test_invalid_edit_is_reported_and_previous_routing_keeps_serving(weir: Weir) -> None:

@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,50 @@ def test_resource_versions_are_content_hashes() -> None:
     one, same, other = cluster("c", 1), cluster("c", 1), cluster("c", 2)
     assert Resource.of(one).version == Resource.of(same).version != Resource.of(other).version
     assert json.dumps(Resource.of(one).message().name) == '"c"'
+
+
+def held_versions(envoy: Envoy) -> tuple[dict[str, str], dict[str, str]]:
+    """(cluster → version, route configuration → version) Envoy holds, read without the event loop."""
+    assert envoy.process.admin_url is not None
+    url = envoy.process.admin_url + "/config_dump?resource="
+    with urllib.request.urlopen(url + "dynamic_active_clusters", timeout=2) as response:
+        clusters = json.load(response).get("configs", [])
+    with urllib.request.urlopen(url + "dynamic_route_configs", timeout=2) as response:
+        routes = json.load(response).get("configs", [])
+    return (
+        {c["cluster"]["name"]: c["version_info"] for c in clusters},
+        {r["route_config"]["name"]: r["version_info"] for r in routes},
+    )
+
+
+async def test_once_flushed_the_whole_push_reaches_envoy_without_the_event_loop(
+    ads: AdsServer, envoy: Envoy, upstream: RecordingUpstream
+) -> None:
+    """``AdsServer.flushed``: what the controller awaits before status work, so as not to hold up a push.
+
+    A push of a new cluster and the routes to it is two responses, the second
+    sent only once the event loop has resumed the stream after the first.
+    Once ``flushed()`` returns, both are gRPC's: Envoy gets the whole push
+    while the event loop does nothing else at all (here: a blocking sleep).
+    """
+    ads.set_snapshot(snapshot("v1", upstream.port, {"c1": cluster("c1", upstream.port)}))
+    await envoy.process.start()
+    assert (await ads.wait_acked("v1", timeout=10)).acked
+    await asyncio.wait_for(ads.flushed(), 5)
+    assert await envoy.get("/c1") == 200
+
+    both = {name: cluster(name, upstream.port) for name in ("c1", "c2")}
+    second = snapshot("v2", upstream.port, both)
+    wanted = (
+        {name: r.version for name, r in second.of_type(CLUSTER).items()},
+        {name: r.version for name, r in second.of_type(ROUTE).items()},
+    )
+    ads.set_snapshot(second)
+    async with asyncio.timeout(5):
+        await ads.flushed()
+    deadline = time.monotonic() + 5
+    while (held := held_versions(envoy)) != wanted:
+        assert time.monotonic() < deadline, f"Envoy holds {held}, not {wanted}"
+        time.sleep(0.05)  # blocking on purpose: weir's event loop must not be needed any more
+    assert (await ads.wait_acked("v2", timeout=10)).acked
+    await served(envoy, "/c2")

@@ -97,8 +97,10 @@ class Translator:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._state: _State | None = None
-        #: how many translations were full, patched, or found nothing changed
+        #: how many translations were full (and why), patched, or found nothing changed
         self.counts: Counter[str] = Counter()
+        #: how the last translation was made: "patched", "unchanged", "full", or "full: REASON"
+        self.last = ""
 
     def translate(self, resources: Resources) -> Translation:
         state, self._state = self._state, None  # a failure below leaves nothing half-patched
@@ -109,30 +111,48 @@ class Translator:
             ):
                 state.resources = resources
                 self._state = state
-                self.counts["unchanged"] += 1
+                self._count("unchanged")
                 return state.translation
             why = "unserved kinds" if resources.unserved != state.resources.unserved else None
             why = why or _patch(state, resources, changed, self.settings)
             if why is None:
                 self._state = state
-                self.counts["patched"] += 1
+                self._count("patched")
                 return state.translation
             self.counts[f"full: {why}"] += 1
         self._state = _index(resources, full_pass(resources, self.settings), self.settings)
-        self.counts["full"] += 1
+        self._count("full", why if state is not None else "first")
         return self._state.translation
+
+    def _count(self, how: str, why: str | None = None) -> None:
+        self.counts[how] += 1
+        self.last = f"{how}: {why}" if why else how
+
+
+#: Beyond this many replaced objects, equal ones are not looked for (the pass will be full anyway).
+_COMPARE_AT_MOST = 256
 
 
 def _changed(base: Resources, resources: Resources) -> set[ObjectKey]:
-    """Keys added, replaced (by identity) or removed since ``base``."""
+    """Keys added, removed, or holding a different object since ``base``.
+
+    A replaced object equal to the one before does not count: a file read
+    again yields new objects for every document in it, and a Gateway that
+    shares a file with an edited route has not changed.
+    """
     before, after = base.objects, resources.objects
     known = resources.changed_since(base)
     if known is not None:
-        return {key for key in known if before.get(key) is not after.get(key)}
-    changed = {key for key, obj in after.items() if before.get(key) is not obj}
-    kept = len(after) - sum(1 for key in changed if key not in before)
-    if kept < len(before):  # something was removed
-        changed.update(key for key in before if key not in after)
+        changed = {key for key in known if before.get(key) is not after.get(key)}
+    else:
+        changed = {key for key, obj in after.items() if before.get(key) is not obj}
+        kept = len(after) - sum(1 for key in changed if key not in before)
+        if kept < len(before):  # something was removed
+            changed.update(key for key in before if key not in after)
+    if len(changed) <= _COMPARE_AT_MOST:
+        changed = {
+            key for key in changed if key not in before or key not in after or before[key] != after[key]
+        }
     return changed
 
 

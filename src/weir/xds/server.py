@@ -48,7 +48,8 @@ What Envoy accepted
 :meth:`AdsServer.state` returns an immutable :class:`ServerState`;
 :meth:`AdsServer.wait_for` waits for a predicate over it,
 :meth:`AdsServer.wait_acked` for a version to be accepted or rejected, and
-:meth:`AdsServer.add_listener` registers a callback run on every change.
+:meth:`AdsServer.add_listener` registers a callback run on every change;
+:meth:`AdsServer.flushed` waits until every stream has sent what it has.
 All methods must be called from the event loop the server runs on.
 """
 
@@ -124,6 +125,12 @@ class _Stream:
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     node_id: str | None = None
     subs: dict[str, Subscription] = field(default_factory=dict)
+    #: Waiting for the next item with nothing left to send (see :meth:`AdsServer.flushed`).
+    waiting: bool = False
+
+    @property
+    def flushed(self) -> bool:
+        return self.waiting and self.queue.empty()
 
 
 # --------------------------------------------------------------------------
@@ -146,6 +153,7 @@ class AdsServer:
         self._types = {t: TypeState(t, None, None, None) for t in PUSH_ORDER}
         self._state: ServerState | None = None
         self._changed = asyncio.Event()
+        self._drained = asyncio.Event()  # set (and replaced) whenever a stream has sent all it had
         self._listeners: list[Callable[[ServerState], None]] = []
         # Per type, by name: the last version of each resource an Envoy
         # accepted, and resources rejected since (with the rejection).
@@ -299,7 +307,25 @@ class AdsServer:
             reason = self.state().pending_reason(version)
             return AckResult(version, AckStatus.TIMEOUT, message=reason)
 
+    async def flushed(self) -> None:
+        """Wait until every stream has handed gRPC all it has to send, including for the current snapshot.
+
+        A stream has flushed when it has answered every request and snapshot
+        it was given, and gRPC has taken the last response (the stream got
+        control back from sending it). Work that may wait, such as status,
+        waits for this, so as not to hold up a push on the event loop: a
+        push of several types goes out one response at a time, and each
+        needs the event loop to follow the one before. Returns at once when
+        no Envoy is connected.
+        """
+        while not all(stream.flushed for stream in self._streams.values()):
+            await self._drained.wait()
+
     # ---------------------------------------------------------------- internals
+
+    def _signal_drained(self) -> None:
+        drained, self._drained = self._drained, asyncio.Event()
+        drained.set()
 
     def _aggregate(self, type_url: str, **changes: Any) -> None:
         if type_url in self._types:
@@ -326,7 +352,11 @@ class AdsServer:
         reader = asyncio.create_task(self._read(requests, stream))
         try:
             while True:
+                if stream.queue.empty():
+                    stream.waiting = True
+                    self._signal_drained()
                 item = await stream.queue.get()
+                stream.waiting = False
                 if item is _EOF:
                     break
                 responses = self._on_snapshot(stream) if item is _WAKE else self._on_request(stream, item)
@@ -336,6 +366,7 @@ class AdsServer:
         finally:
             reader.cancel()
             del self._streams[stream.id]
+            self._signal_drained()
             if stream.node_id is not None:
                 log.info("Envoy disconnected: node=%s stream=%d", stream.node_id, stream.id)
             self._notify()
