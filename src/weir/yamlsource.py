@@ -15,6 +15,7 @@ aliases work, recursive aliases do not. Bad input raises
 from __future__ import annotations
 
 import json
+from sys import intern
 from typing import Any
 
 import yaml
@@ -40,16 +41,16 @@ _RESOLVED: dict[str, str] = {}  # plain scalar → tag; most scalars repeat ("na
 class _Resolver(Resolver):
     """The YAML 1.1 implicit tags (as Kubernetes' YAML reader), with a cache, no path resolvers."""
 
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        pass
-
-    def ascend_resolver(self) -> None:
-        pass
+    # The composer calls these two for every node. With no path resolvers they do nothing, and
+    # as C callables (no Python frame) they cost nothing: ``{}.get(parent, index)`` returns
+    # ``index``, ``tuple()`` returns ``()``.
+    descend_resolver: Any = {}.get
+    ascend_resolver: Any = tuple
 
     def resolve(self, kind: type[Node], value: Any, implicit: tuple[bool, bool]) -> str:
         if kind is ScalarNode:
-            if not implicit[0]:
-                return _STR
+            if not implicit[0] or (value and value[0] not in _IMPLICIT_FIRST):
+                return _STR  # quoted, or no implicit tag starts with this character
             tag = _RESOLVED.get(value)
             if tag is None:
                 tag = super().resolve(kind, value, (True, False))  # type: ignore[no-untyped-call]
@@ -60,26 +61,41 @@ class _Resolver(Resolver):
         return _SEQ if kind is SequenceNode else _MAP
 
 
+#: The first characters of plain scalars that can have an implicit tag other than str (digits,
+#: signs, ``~``, ``n``/``y``/``t``/``f``/``o`` in either case, ...); ``''`` stands for the empty scalar.
+_IMPLICIT_FIRST = frozenset(_Resolver.yaml_implicit_resolvers)
+assert None not in _IMPLICIT_FIRST  # a resolver for any first character would defeat the shortcut
+
+
 class _Constructor:
     """Nodes → plain data, as Kubernetes reads YAML.
 
     Safe tags only; timestamps stay strings (Kubernetes has no date type);
     a mapping key written twice is an error (``kubectl`` rejects it too);
     merge keys (``<<``) and aliases work; recursive aliases do not.
+
+    Strings are interned: most recur in every manifest (``name``,
+    ``default``, ``PathPrefix``, the apiVersion), and the models keep them.
     """
 
     def __init__(self) -> None:
         self._safe = SafeConstructor()
         self._memo: dict[int, Any] = {}
         self._busy: set[int] = set()
+        self._shared = True
 
-    def construct(self, node: Node) -> Any:
+    def construct(self, node: Node, *, aliases: bool = True) -> Any:
+        """``node`` as data. ``aliases=False`` promises that no node occurs twice (the text has no
+        alias), so no node needs remembering: a plain walk of the tree, a fifth faster."""
         self._memo.clear()
+        self._shared = aliases
         return self._node(node)
 
     def _node(self, node: Node) -> Any:
         if isinstance(node, ScalarNode):
             return self._scalar(node)
+        if not self._shared:
+            return self._collection(node)
         ident = id(node)
         if ident in self._memo:
             return self._memo[ident]
@@ -87,20 +103,28 @@ class _Constructor:
             raise ConstructorError(None, None, "found a recursive alias", node.start_mark)
         self._busy.add(ident)
         try:
-            if isinstance(node, MappingNode) and node.tag == _MAP:
-                value: Any = self._mapping(node)
-            elif isinstance(node, SequenceNode) and node.tag == _SEQ:
-                value = [self._node(child) for child in node.value]
-            else:  # !!omap, !!set, ... or an unknown tag (which raises)
-                value = self._safe.construct_object(node, deep=True)
+            value = self._collection(node)
         finally:
             self._busy.discard(ident)
         self._memo[ident] = value
         return value
 
+    def _collection(self, node: Node) -> Any:
+        if isinstance(node, MappingNode) and node.tag == _MAP:
+            return self._mapping(node)
+        if isinstance(node, SequenceNode) and node.tag == _SEQ:
+            return [
+                intern(item.value) if item.tag == _STR and isinstance(item, ScalarNode) else self._node(item)
+                for item in node.value
+            ]
+        # !!omap, !!set, ... or an unknown tag (which raises)
+        return self._safe.construct_object(node, deep=True)
+
     def _scalar(self, node: ScalarNode) -> Any:
         tag = node.tag
-        if tag in (_STR, _TIMESTAMP):
+        if tag == _STR:
+            return intern(node.value)
+        if tag == _TIMESTAMP:
             return node.value
         if tag == _NULL:
             return None
@@ -114,15 +138,19 @@ class _Constructor:
 
     def _mapping(self, node: MappingNode) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
-        keys: dict[Any, Node] = {}
         merges: list[Node] = []
         for key_node, value_node in node.value:
-            if key_node.tag == _MERGE:
+            # A string is most keys and values: read inline (as _scalar does) rather than by two calls.
+            tag = key_node.tag
+            if tag == _STR and isinstance(key_node, ScalarNode):
+                key = intern(key_node.value)
+            elif tag == _MERGE:
                 merges.append(value_node)
                 continue
-            key = self._node(key_node)
+            else:
+                key = self._node(key_node)
             try:
-                first = keys.setdefault(key, key_node)
+                seen = key in result
             except TypeError:
                 raise ConstructorError(
                     "while constructing a mapping",
@@ -130,14 +158,18 @@ class _Constructor:
                     "found an unhashable key",
                     key_node.start_mark,
                 ) from None
-            if first is not key_node:
+            if seen:
+                first = self._first_key_node(node, key)
                 raise ConstructorError(
                     "while constructing a mapping",
                     node.start_mark,
                     f"mapping key {json.dumps(str(key))} already defined at line {first.start_mark.line + 1}",
                     key_node.start_mark,
                 )
-            result[key] = self._node(value_node)
+            if value_node.tag == _STR and isinstance(value_node, ScalarNode):
+                result[key] = intern(value_node.value)
+            else:
+                result[key] = self._node(value_node)
         if not merges:
             return result
         merged: dict[Any, Any] = {}
@@ -156,6 +188,16 @@ class _Constructor:
             merged.update(value)
         merged.update(result)
         return merged
+
+    def _first_key_node(self, node: MappingNode, key: Any) -> Node:
+        """The key node that first gave ``key`` in ``node`` (a key written twice was found)."""
+        keys: dict[Any, Node] = {}
+        for key_node, _ in node.value:  # the keys before it were read once already: no error here
+            if key_node.tag != _MERGE:
+                keys.setdefault(self._node(key_node), key_node)
+                if key in keys:
+                    return keys[key]
+        raise AssertionError("a key written twice was not found again")  # pragma: no cover
 
 
 _Parser: Any
@@ -210,13 +252,14 @@ def compose(text: str) -> list[tuple[Node, Any]]:
     """Every non-empty document of ``text`` as (node, data). Raises :class:`yaml.YAMLError`."""
     composer = _Composer(text)
     constructor = _Constructor()
+    aliases = "*" in text  # an alias is written ``*name``: without a '*', every node is new
     out: list[tuple[Node, Any]] = []
     try:
         while composer.check_node():
             node = composer.get_node()
             if node is None:
                 continue
-            data = constructor.construct(node)
+            data = constructor.construct(node, aliases=aliases)
             if data is not None:
                 out.append((node, data))
     finally:

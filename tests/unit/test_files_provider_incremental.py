@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from weir.api.meta import ObjectKey
 from weir.providers.files import FilesProvider, Snapshot
 
 FILES = 8
@@ -68,7 +69,9 @@ def _kinds(snapshot: Snapshot) -> list[tuple[str, list[object]]]:
     return sorted(grouped.items())
 
 
-@pytest.mark.parametrize("seed", range(12))
+#: Seeds past the first 12 that once found a difference: an unreadable file keeping an object whose key
+#: another file names (the other file is then not alone), or losing it to another file's object.
+@pytest.mark.parametrize("seed", [*range(12), 14, 50, 58, 80, 104])
 def test_edits_equal_full_reads(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     for i in range(FILES):
@@ -116,3 +119,37 @@ def test_an_edit_reads_and_assembles_only_its_file(tmp_path: Path) -> None:
     # Rewriting the same bytes changes nothing.
     target.write_text(service("s7", 2))
     assert not provider._reload({os.path.abspath(target)})
+
+
+def test_a_broken_file_keeps_its_objects_whatever_other_files_do(tmp_path: Path) -> None:
+    """What an unreadable file keeps does not depend on how many times the folder was read since."""
+    a, b, c = (tmp_path / f"{n}.yaml" for n in "abc")
+    a.write_text(service("x", 1))
+    b.write_text(service("y", 1))
+    c.write_text(service("z", 1))
+    provider = FilesProvider([tmp_path])
+    provider.load()
+    b.write_text("kind: [unclosed\n")
+    provider._reload({os.path.abspath(b)})
+    # a.yaml (read first) now names y too: its y is served, b.yaml's kept y is a duplicate...
+    a.write_text(service("x", 1) + "---\n" + service("y", 2))
+    provider._reload({os.path.abspath(a)})
+    duplicate = (
+        f"{b}:1: Service default/y: Duplicate value: already defined at {a}:9; this definition is ignored"
+    )
+    snapshot = provider.snapshot
+    assert snapshot is not None and duplicate in [str(p) for p in snapshot.problems]
+    # ...and stays one when the files are read again for another change,
+    c.write_text(service("z", 2))
+    provider._reload(set())
+    snapshot = provider.snapshot
+    assert snapshot is not None and duplicate in [str(p) for p in snapshot.problems]
+    # until a.yaml gives y up: b.yaml serves its kept y again.
+    a.write_text(service("x", 1))
+    provider._reload({os.path.abspath(a)})
+    snapshot = provider.snapshot
+    assert snapshot is not None
+    assert snapshot.origins[ObjectKey("Service", "default", "y")] == (str(b), 1)
+    assert [p.message.endswith("kept the last valid objects from this file") for p in snapshot.problems] == [
+        True
+    ]

@@ -875,3 +875,50 @@ def test_integers_are_strict_like_the_api_server() -> None:
         'strict.yaml:1: HTTPRoute default/r: spec.rules[0].backendRefs[0].weight: Invalid value: "string": '
         "must be of type integer",
     ]
+
+
+def test_a_file_reached_through_symbolic_links_is_read_once(tmp_path: Path) -> None:
+    """Files are told apart by their real path, whichever link leads to them."""
+    ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one.yaml").write_text(ns % "one")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "link.yaml").symlink_to(tmp_path / "a" / "one.yaml")
+    (tmp_path / "b" / "two.yaml").write_text(ns % "two")
+    (tmp_path / "c").symlink_to(tmp_path / "b", target_is_directory=True)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "dangling.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    files, problems = manifest_files([tmp_path / "c", tmp_path])
+    assert problems == []
+    assert [p.relative_to(tmp_path).as_posix() for p in files] == [
+        "c/link.yaml",  # the first way to a/one.yaml wins
+        "c/two.yaml",
+        "d/dangling.yaml",
+    ]
+    report = load_paths([tmp_path])
+    assert [o.object.name for o in report.objects] == ["one", "two"]
+    assert [p.message for p in report.problems] == ["cannot read: No such file or directory"]
+
+
+def test_gc_paused_freezes_what_a_big_block_made_only_when_asked() -> None:
+    import gc
+
+    from weir.loader import FREEZE_AFTER, gc_paused
+
+    gc.collect()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            kept = [[] for _ in range(FREEZE_AFTER + 1000)]
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+        with gc_paused(freeze=True):
+            small = [[] for _ in range(100)]
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+        with gc_paused(freeze=True):
+            big = [[] for _ in range(FREEZE_AFTER + 1000)]
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen + FREEZE_AFTER + 1000
+        assert len(kept) + len(small) + len(big) > 0
+    finally:
+        gc.unfreeze()
