@@ -31,6 +31,16 @@ from weir.api.weir_policies_v1alpha1 import BackendCredentialPolicy, BackendMCPP
 from weir.api.xbackend_v1alpha1 import XBackend
 
 T = TypeVar("T", bound=KubeObject)
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def copy_mapping(mapping: Mapping[K, V]) -> dict[K, V]:
+    """A dict copy of ``mapping``. A dict or mapping proxy copies in C with the keys' stored hashes;
+    ``dict(proxy)`` looks every key up again (8 ms instead of 0.3 ms for 20,000 objects)."""
+    if isinstance(mapping, (dict, MappingProxyType)):
+        return mapping.copy()
+    return dict(mapping)
 
 
 def _order(obj: KubeObject) -> tuple[str, str]:
@@ -87,13 +97,13 @@ class Resources:
         re-sorting only the kinds that changed (a single edit among 10,000
         routes costs milliseconds, not a rebuild of every index).
         """
-        by_key = dict(self.objects)
+        by_key = copy_mapping(self.objects)
         gone = set(removed)
         for key in gone:
             by_key.pop(key, None)
         by_key.update(upserts)
         kinds = {key.kind for key in gone} | {key.kind for key in upserts}
-        by_kind = dict(self._by_kind)
+        by_kind = copy_mapping(self._by_kind)
         for kind in kinds:
             ordered = list(by_kind.get(kind, ()))
             for key in gone | upserts.keys():

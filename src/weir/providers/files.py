@@ -43,7 +43,7 @@ from weir.loader import (
     manifest_files,
     parse_bytes,
 )
-from weir.resources import Resources
+from weir.resources import Resources, copy_mapping
 
 __all__ = ["FilesProvider", "Snapshot"]
 
@@ -370,7 +370,7 @@ class FilesProvider:
         segments = dict(self._segments)
         upserts: dict[ObjectKey, KubeObject] = {}
         removed: set[ObjectKey] = set()
-        origins = dict(self._snapshot.origins)
+        origins = copy_mapping(self._snapshot.origins)
         for file in edited:
             before = self._segments.get(file)
             result = self._cache[file].result
