@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 from weir import ir
 from weir.xds import build as _build
 from weir.xds.clusters import upstream_cluster
-from weir.xds.routes import envoy_route
+from weir.xds.routes import envoy_route, routes_field
 from weir.xds.secrets import envoy_secret
 from weir.xds.snapshot import Resource
 
@@ -102,7 +102,22 @@ def _same(now: Any, then: Any, equal: dict[int, Any]) -> bool:
 
 
 def _still(deps: _Deps, current: Mapping[str, Any], equal: dict[int, Any]) -> bool:
-    return all(_same(current.get(name, _ABSENT), value, equal) for name, value in deps)
+    """Whether every dependency in ``deps`` still holds the same (or an equal) value in ``current``.
+
+    Read through a :class:`_Reads`, the dependencies are checked against the mapping underneath and
+    recorded in bulk: a route configuration of 2,500 cached routes checks 2,500 of them.
+    """
+    if isinstance(current, _Reads):
+        if not _still(deps, current._data, equal):
+            return False
+        current.seen.update(deps)
+        return True
+    get = current.get
+    for name, value in deps:
+        now = get(name, _ABSENT)
+        if now is not value and not _same(now, value, equal):
+            return False
+    return True
 
 
 class _Memo(Generic[_T]):
@@ -185,8 +200,9 @@ _NO_UPSTREAMS: Mapping[str, ir.Upstream] = {}
 
 
 def _route_bytes(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> bytes:
-    # Kept serialised: a few hundred bytes, where the message would take several KiB.
-    return bytes(envoy_route(route, upstreams).SerializeToString(deterministic=True))
+    # Kept serialised, framed for a virtual host: a few hundred bytes, where the message would
+    # take several KiB.
+    return routes_field(envoy_route(route, upstreams).SerializeToString(deterministic=True))
 
 
 def _serialised(part: dict[str, dict[str, Any]]) -> dict[str, dict[str, Resource]]:
