@@ -19,6 +19,7 @@ HTTPRoute, XBackend or Service at a time.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,16 @@ def world(rng: random.Random) -> dict[ObjectKey, KubeObject]:
     return objects("---\n".join(parts))
 
 
+#: What a step changes below each threshold of a roll: (threshold, kind, how many, name pattern,
+#: how to write one, how likely an existing one is removed); above the last: a Gateway or a grant.
+PATCHED: tuple[tuple[float, str, int, str, Callable[[random.Random, int], str], float], ...] = (
+    (0.45, "HTTPRoute", ROUTES, "r{}", http_route, 0.15),
+    (0.7, "XBackend", XBACKENDS, "x{}", xbackend, 0.2),
+    (0.8, "Service", SERVICES, "s{}", service, 0.2),
+    (0.9, "EndpointSlice", SERVICES, "s{}-a", endpoint_slice, 0.3),
+)
+
+
 def step(
     rng: random.Random, current: dict[ObjectKey, KubeObject]
 ) -> tuple[dict[ObjectKey, KubeObject], set[ObjectKey]]:
@@ -280,34 +291,15 @@ def step(
     texts: list[str] = []
     removed: set[ObjectKey] = set()
     for _ in range(1 if rng.random() < 0.8 else rng.randint(2, 3)):
-        if roll < 0.45:
-            i = rng.randrange(ROUTES)
-            key = ObjectKey("HTTPRoute", "default", f"r{i}")
-            if key in current and rng.random() < 0.15:
+        patched = next((kind for kind in PATCHED if roll < kind[0]), None)
+        if patched is not None:
+            _, kind, count, name, make, removal = patched
+            i = rng.randrange(count)
+            key = ObjectKey(kind, "default", name.format(i))
+            if key in current and rng.random() < removal:
                 removed.add(key)
             else:
-                texts.append(http_route(rng, i))
-        elif roll < 0.7:
-            i = rng.randrange(XBACKENDS)
-            key = ObjectKey("XBackend", "default", f"x{i}")
-            if key in current and rng.random() < 0.2:
-                removed.add(key)
-            else:
-                texts.append(xbackend(rng, i))
-        elif roll < 0.8:
-            i = rng.randrange(SERVICES)
-            key = ObjectKey("Service", "default", f"s{i}")
-            if key in current and rng.random() < 0.2:
-                removed.add(key)
-            else:
-                texts.append(service(rng, i))
-        elif roll < 0.9:
-            i = rng.randrange(SERVICES)
-            key = ObjectKey("EndpointSlice", "default", f"s{i}-a")
-            if key in current and rng.random() < 0.3:
-                removed.add(key)
-            else:
-                texts.append(endpoint_slice(rng, i))
+                texts.append(make(rng, i))
         elif roll < 0.95:
             texts.append(gateway(rng))
         else:
