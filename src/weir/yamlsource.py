@@ -207,6 +207,27 @@ except ImportError:  # pragma: no cover - libyaml is present wherever weir is bu
     _Parser = None
 
 
+class _PyComposer(
+    yaml.reader.Reader,
+    yaml.scanner.Scanner,
+    yaml.parser.Parser,
+    yaml.composer.Composer,
+    _Resolver,
+):
+    """PyYAML's pure-Python parser and composer, our resolver: nesting too deep for it raises
+    :class:`RecursionError` rather than overflowing the C stack."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        yaml.composer.Composer.__init__(self)
+        _Resolver.__init__(self)
+
+    def dispose(self) -> None:
+        pass
+
+
 if _Parser is not None:
 
     class _Composer(_Parser, _Resolver):  # type: ignore[misc]
@@ -217,23 +238,22 @@ if _Parser is not None:
             _Resolver.__init__(self)
 
 else:  # pragma: no cover
+    _Composer = _PyComposer  # type: ignore[misc,assignment]
 
-    class _Composer(  # type: ignore[no-redef]
-        yaml.reader.Reader,
-        yaml.scanner.Scanner,
-        yaml.parser.Parser,
-        yaml.composer.Composer,
-        _Resolver,
-    ):
-        def __init__(self, stream: str) -> None:
-            yaml.reader.Reader.__init__(self, stream)
-            yaml.scanner.Scanner.__init__(self)
-            yaml.parser.Parser.__init__(self)
-            yaml.composer.Composer.__init__(self)
-            _Resolver.__init__(self)
+#: libyaml's composer recurses once per nesting level with no limit: about 25,000 levels
+#: overflow the C stack and kill the process. A bound on a text's nesting: each level of flow
+#: nesting needs an opening bracket or brace, and each level of block nesting a greater column
+#: (indentation, or a "- " or "? " on the same line), so depth is at most the openers plus the
+#: longest line. Above this bound :class:`_PyComposer` composes the text instead: slower, but
+#: stopped by Python's recursion limit ("nested too deeply"). Ordinary manifests are far below.
+_C_NESTING_SAFE = 10_000
 
-        def dispose(self) -> None:
-            pass
+
+def _composer(text: str) -> Any:
+    bound = text.count("[") + text.count("{")
+    if bound <= _C_NESTING_SAFE:
+        bound += max(map(len, text.splitlines()), default=0)
+    return _PyComposer(text) if bound > _C_NESTING_SAFE else _Composer(text)
 
 
 def describe_error(err: yaml.YAMLError) -> tuple[int | None, str]:
@@ -250,7 +270,7 @@ def describe_error(err: yaml.YAMLError) -> tuple[int | None, str]:
 
 def compose(text: str) -> list[tuple[Node, Any]]:
     """Every non-empty document of ``text`` as (node, data). Raises :class:`yaml.YAMLError`."""
-    composer = _Composer(text)
+    composer = _composer(text)
     constructor = _Constructor()
     aliases = "*" in text  # an alias is written ``*name``: without a '*', every node is new
     out: list[tuple[Node, Any]] = []

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 import string
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -128,3 +130,24 @@ def test_the_resolver_shortcut_gives_pyyamls_tags() -> None:
             )
     assert ours.resolve(MappingNode, None, (True, False)) == "tag:yaml.org,2002:map"
     assert ours.resolve(SequenceNode, None, (True, False)) == "tag:yaml.org,2002:seq"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "'a: ' + '[' * 40000 + ']' * 40000",  # flow nesting
+        "'- ' * 25000 + 'x'",  # block sequences on one line
+    ],
+)
+def test_nesting_too_deep_for_libyaml_is_a_problem_not_a_crash(text: str) -> None:
+    """libyaml's composer overflows the C stack at about 25,000 levels (a segmentation fault that
+    kills weir); such a text must come back as a problem naming the file. In a child process: a
+    regression would kill the test process itself."""
+    code = (
+        "from weir.loader import parse_text\n"
+        f"result = parse_text({text} + '\\n', 'deep.yaml')\n"
+        "print(result.fatal)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip() == "deep.yaml: invalid YAML: nested too deeply"
