@@ -37,7 +37,7 @@ from weir.translate.tlslisteners import tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
 from weir.translate.virtualhosts import claimed, owned_virtual_hosts
 
-__all__ = ["Pass", "Settings", "Translation", "full_pass", "routed_listener", "translate"]
+__all__ = ["Pass", "Settings", "Surroundings", "Translation", "full_pass", "routed_listener", "translate"]
 
 
 @dataclass(frozen=True)
@@ -61,30 +61,38 @@ def translate(resources: Resources, settings: Settings) -> Translation:
     return full_pass(resources, settings).translation
 
 
-@dataclass
-class Pass:
-    """A full translation and what it was made from, which :mod:`weir.translate.incremental`
-    patches after a change instead of translating again.
+@dataclass(frozen=True)
+class Surroundings:
+    """What a full translation settled that a patch by :mod:`weir.translate.incremental` leaves as
+    it is (a change that would alter it gets a full pass).
 
-    ``units``: every HTTPRoute's :class:`~weir.translate.routes.RouteUnit`,
-    placed in ``gateways``' listener contexts. ``other``: what the other
-    route kinds and the listeners' certificates added to the upstreams and
-    secrets. ``http_sockets`` and ``tls_sockets``: the listeners of each
-    socket that serves HTTP, or TLS (HTTPS among them; see :func:`routed_listener`).
+    ``gateways``: the listener contexts the HTTPRoutes' units are placed in (a
+    patch moves units in and out of them). ``other``: what the other route
+    kinds and the listeners' certificates added to the upstreams and secrets.
+    ``http_sockets`` and ``tls_sockets``: the listeners of each socket that
+    serves HTTP, or TLS (HTTPS among them; see :func:`routed_listener`).
     ``egress``: the policy inputs (Gateway → class, class → policy, the
     policy of unused XBackends). ``refused``: upstreams the egress policy
     refused, and the secrets only they used.
     """
 
-    translation: Translation
     gateways: list[GatewayContext]
-    units: list[RouteUnit]
     other: RouteTable
     http_sockets: dict[tuple[str, int], list[ListenerContext]]
     tls_sockets: dict[tuple[str, int], list[ListenerContext]]
     egress: tuple[dict[ObjectKey, str], dict[str, egress.ClassPolicy], egress.ClassPolicy]
     refused: frozenset[str]
     refused_secrets: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """A full translation: its result, every HTTPRoute's :class:`~weir.translate.routes.RouteUnit`
+    (placed in ``surroundings.gateways``' listener contexts), and its :class:`Surroundings`."""
+
+    translation: Translation
+    units: list[RouteUnit]
+    surroundings: Surroundings
 
 
 def full_pass(resources: Resources, settings: Settings) -> Pass:
@@ -163,9 +171,8 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
         statuses=dict(sorted(statuses.items())),
         gateway_sockets=gateway_sockets,
     )
-    return Pass(
-        translation, gateways, units, other, http_sockets, tls_sockets, policy, refused, refused_secrets
-    )
+    surroundings = Surroundings(gateways, other, http_sockets, tls_sockets, policy, refused, refused_secrets)
+    return Pass(translation, units, surroundings)
 
 
 def _listener_name(address: str, port: int) -> str:

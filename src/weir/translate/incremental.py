@@ -53,7 +53,7 @@ from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1alpha2 import TCPRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
-from weir.translate import Pass, Settings, Translation, full_pass, routed_listener
+from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, routed_listener
 from weir.translate.backends import BackendResolver
 from weir.translate.gateways import GatewayContext, ListenerContext, gateway_status
 from weir.translate.policies import targets
@@ -71,7 +71,8 @@ class _State:
 
     resources: Resources
     translation: Translation
-    passed: Pass
+    #: what the last full pass settled (the translation and units above are kept up to date instead)
+    fixed: Surroundings
     by_key: dict[ObjectKey, GatewayContext]
     existing: frozenset[ObjectKey]
     units: dict[ObjectKey, RouteUnit]
@@ -188,8 +189,8 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
     return _State(
         resources=resources,
         translation=translation,
-        passed=passed,
-        by_key={ctx.gateway.key: ctx for ctx in passed.gateways},
+        fixed=passed.surroundings,
+        by_key={ctx.gateway.key: ctx for ctx in passed.surroundings.gateways},
         existing=frozenset(gw.key for gw in resources.gateways),
         units=units,
         readers=readers,
@@ -252,8 +253,8 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
         touched |= unit.reads
     if touched & state.pinned:
         return "a backend other objects name"
-    passed = state.passed
-    if any(name in passed.refused_secrets for unit in units for name in unit.secrets):
+    fixed = state.fixed
+    if any(name in fixed.refused_secrets for unit in units for name in unit.secrets):
         return "refused XBackend"
 
     settle = {key for key in backends if key.kind == "XBackend"}
@@ -266,9 +267,9 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
         users[xbackend] = found
         if found:
             resolver.register_users(xbackend, {gw for gateways in found.values() for gw in gateways})
-    settled = resolver.apply_egress_policy(*passed.egress)
+    settled = resolver.apply_egress_policy(*fixed.egress)
     if any(upstream is None for upstream, _ in settled.values()) or any(
-        name in passed.refused for unit in units for name in unit.upstreams
+        name in fixed.refused for unit in units for name in unit.upstreams
     ):
         return "refused XBackend"  # a full pass rewrites every route using it
     xbackend_statuses = resolver.xbackend_statuses(settings.controller_name, only=settle)
@@ -308,17 +309,17 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
         state.upstream_refs,
         upstream_names,
         {**new_upstreams, **{name: up for name, (up, _) in settled.items() if up is not None}},
-        passed.other.upstreams,
+        fixed.other.upstreams,
     )
     secrets_moved = _update_table(
-        state.secrets, state.secret_refs, secret_names, new_secrets, passed.other.secrets
+        state.secrets, state.secret_refs, secret_names, new_secrets, fixed.other.secrets
     )
     before = state.translation.ir
     ir_listeners = list(before.listeners)
     for socket in sorted({sock for lc in listeners.values() for sock in lc.sockets}):
         at = state.listener_at.get(socket)
         if at is not None:  # served (a listener whose certificate does not load serves nothing)
-            ir_listeners[at] = routed_listener(socket, passed.http_sockets, passed.tls_sockets)
+            ir_listeners[at] = routed_listener(socket, fixed.http_sockets, fixed.tls_sockets)
     state.translation = Translation(
         ir=ir.IR(
             listeners=tuple(ir_listeners),
