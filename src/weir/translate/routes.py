@@ -208,23 +208,10 @@ def attach(
     def refuse(reason: str, message: str) -> tuple[st.Condition, list[Attachment]]:
         return st.condition(st.ACCEPTED, False, reason, message, gen), []
 
-    if ctx is None:
-        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} does not exist")
-    if not ctx.addresses:
-        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
-    if unsupported:
-        return refuse(st.R_UNSUPPORTED_VALUE, "weir cannot serve this route: " + "; ".join(unsupported))
-    candidates = parent_listeners(ctx, ref)
-    if not candidates:
-        return refuse(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
-    allowed = [
-        lc for lc in candidates if lc.valid and listener_allows(resources, lc, route.KIND, route.namespace)
-    ]
-    if not allowed:
-        return refuse(
-            st.R_NOT_ALLOWED_BY_LISTENERS,
-            not_allowed_message(route.KIND, route.namespace, candidates, gw_key),
-        )
+    why_not = "weir cannot serve this route: " + "; ".join(unsupported) if unsupported else None
+    allowed = allowed_listeners(resources, route, ref, ctx, gw_key, why_not)
+    if isinstance(allowed, Refusal):
+        return refuse(allowed.reason, allowed.message)
     attachments = []
     for lc in allowed:
         hostnames = intersect_hostnames(lc.spec.hostname, route.spec.hostnames)
@@ -244,6 +231,47 @@ def attach(
         message = "Route is accepted, but not everywhere: " + "; ".join(conflicts)
         return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, message, gen), attachments
     return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), attachments
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a route does not attach through a parentRef: the ``Accepted=False`` reason and message."""
+
+    reason: str
+    message: str
+
+
+def allowed_listeners(
+    resources: Resources,
+    route: KubeObject,
+    ref: ParentReference,
+    ctx: GatewayContext | None,
+    gw_key: ObjectKey,
+    unsupported: str | None = None,
+) -> list[ListenerContext] | Refusal:
+    """The listeners of ``ctx`` that ``ref`` selects and that allow ``route`` (any route kind), or
+    why there are none. ``unsupported``: why weir cannot serve the route at all, if it cannot.
+
+    The checks every route kind shares, in the order a user fixes them: the
+    Gateway exists and is accepted, the route is servable, ``ref`` selects a
+    listener, a selected listener allows the route's kind and namespace.
+    """
+    if ctx is None:
+        return Refusal(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} does not exist")
+    if not ctx.addresses:
+        return Refusal(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
+    if unsupported:
+        return Refusal(st.R_UNSUPPORTED_VALUE, unsupported)
+    candidates = parent_listeners(ctx, ref)
+    if not candidates:
+        return Refusal(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
+    kind = type(route).KIND
+    allowed = [lc for lc in candidates if lc.valid and listener_allows(resources, lc, kind, route.namespace)]
+    if not allowed:
+        return Refusal(
+            st.R_NOT_ALLOWED_BY_LISTENERS, not_allowed_message(kind, route.namespace, candidates, gw_key)
+        )
+    return allowed
 
 
 def parent_listeners(ctx: GatewayContext, ref: ParentReference) -> list[ListenerContext]:

@@ -25,11 +25,9 @@ from weir.translate import status as st
 from weir.translate.backends import BackendResolver, RefFailure
 from weir.translate.gateways import GatewayContext, ListenerContext
 from weir.translate.routes import (
+    Refusal,
     RouteTable,
-    listener_allows,
-    no_listener_message,
-    not_allowed_message,
-    parent_listeners,
+    allowed_listeners,
     route_parent_entry,
 )
 
@@ -136,25 +134,16 @@ def _attach(
     def refuse(reason: str, message: str) -> tuple[st.Condition, list[ListenerContext]]:
         return st.condition(st.ACCEPTED, False, reason, message, gen), []
 
-    if ctx is None:
-        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} does not exist")
-    if not ctx.addresses:
-        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
+    unsupported = None
     if len(route.spec.rules) != 1:
-        return refuse(
-            st.R_UNSUPPORTED_VALUE,
+        unsupported = (
             f"spec.rules has {len(route.spec.rules)} rules; a TCP connection carries nothing to choose "
             f"a rule by, so weir serves TCPRoutes with exactly one rule (as {GROUP}/v1 requires): "
-            "merge the backendRefs into one rule, or use one TCPRoute per listener",
+            "merge the backendRefs into one rule, or use one TCPRoute per listener"
         )
-    candidates = parent_listeners(ctx, ref)
-    if not candidates:
-        return refuse(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
-    allowed = [lc for lc in candidates if lc.valid and listener_allows(resources, lc, KIND, route.namespace)]
-    if not allowed:
-        return refuse(
-            st.R_NOT_ALLOWED_BY_LISTENERS, not_allowed_message(KIND, route.namespace, candidates, gw_key)
-        )
+    allowed = allowed_listeners(resources, route, ref, ctx, gw_key, unsupported)
+    if isinstance(allowed, Refusal):
+        return refuse(allowed.reason, allowed.message)
     return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), allowed
 
 

@@ -30,12 +30,10 @@ from weir.translate import status as st
 from weir.translate.backends import BackendResolver, RefFailure
 from weir.translate.gateways import GatewayContext, ListenerContext
 from weir.translate.routes import (
+    Refusal,
     RouteTable,
+    allowed_listeners,
     intersect_hostnames,
-    listener_allows,
-    no_listener_message,
-    not_allowed_message,
-    parent_listeners,
     route_parent_entry,
 )
 from weir.translate.tcproutes import tcp_backends
@@ -155,18 +153,9 @@ def _attach(
     def refuse(reason: str, message: str) -> tuple[st.Condition, list[_Attachment]]:
         return st.condition(st.ACCEPTED, False, reason, message, gen), []
 
-    if ctx is None:
-        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} does not exist")
-    if not ctx.addresses:
-        return refuse(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
-    candidates = parent_listeners(ctx, ref)
-    if not candidates:
-        return refuse(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
-    allowed = [lc for lc in candidates if lc.valid and listener_allows(resources, lc, KIND, route.namespace)]
-    if not allowed:
-        return refuse(
-            st.R_NOT_ALLOWED_BY_LISTENERS, not_allowed_message(KIND, route.namespace, candidates, gw_key)
-        )
+    allowed = allowed_listeners(resources, route, ref, ctx, gw_key)
+    if isinstance(allowed, Refusal):
+        return refuse(allowed.reason, allowed.message)
     attachments = []
     for lc in allowed:
         names = intersect_hostnames(lc.hostname, route.spec.hostnames)
