@@ -1,10 +1,16 @@
-"""Bookkeeping of open stream connections, so servers can close them all on stop."""
+"""Stream servers of the testkit: their shared lifecycle, and bookkeeping of open connections so
+that stopping closes them all."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self
+
+from weir.testkit.net import require_loopback
 
 
 class ConnectionTracker:
@@ -52,3 +58,66 @@ class ConnectionTracker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+class StreamServer:
+    """The lifecycle the testkit's stream servers share: bound to a loopback IP literal (anything
+    else raises at construction), started and stopped idempotently, every connection closed on
+    stop, usable as ``async with``.
+
+    ``port=0`` picks a free port (read :attr:`port` after :meth:`start`); with
+    ``ssl_context`` the server speaks TLS only. Subclasses serve each
+    connection in :meth:`_on_connection`, inside ``self._connections.track``.
+    """
+
+    def __init__(self, host: str, port: int, ssl_context: ssl.SSLContext | None, *, what: str) -> None:
+        self._host = require_loopback(host, what=what)
+        self._port = port
+        self._ssl_context = ssl_context
+        self._server: asyncio.Server | None = None
+        self._connections = ConnectionTracker()
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> Self:
+        """Bind and start accepting. Returns self. Idempotent."""
+        if self._server is None:
+            self._connections = ConnectionTracker()  # single-use: a restarted server needs a new one
+            extra: dict[str, Any] = {}
+            if self._ssl_context is not None:
+                extra = {"ssl_handshake_timeout": 10.0, "ssl_shutdown_timeout": 2.0}
+            self._server = await asyncio.start_server(
+                self._on_connection, self._host, self._port, ssl=self._ssl_context, **extra
+            )
+            self._port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        """Close the listening socket and every open connection. Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        await self._connections.close_all()
+        await server.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        """The bound port (the requested one until :meth:`start` picks one for 0)."""
+        return self._port

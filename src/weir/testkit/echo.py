@@ -16,11 +16,9 @@ import logging
 import ssl
 import weakref
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
-from weir.testkit._conn import ConnectionTracker
-from weir.testkit.net import require_loopback
+from weir.testkit._conn import StreamServer
 
 __all__ = ["EchoConnection", "EchoServer"]
 
@@ -42,7 +40,7 @@ class EchoConnection:
     closed: bool = False
 
 
-class EchoServer:
+class EchoServer(StreamServer):
     """A TCP echo server bound to a loopback IP literal (anything else raises at construction).
 
     ``port=0`` picks a free port (read :attr:`port` after :meth:`start`).
@@ -58,12 +56,8 @@ class EchoServer:
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        super().__init__(host, port, ssl_context, what=f"EchoServer {name!r}")
         self.name = name
-        self._host = require_loopback(host, what=f"EchoServer {name!r}")
-        self._port = port
-        self._ssl_context = ssl_context
-        self._server: asyncio.Server | None = None
-        self._connections = ConnectionTracker()
         self._sni: weakref.WeakKeyDictionary[Any, str | None] = weakref.WeakKeyDictionary()
         self.connections: list[EchoConnection] = []
         self.hellos: list[str | None] = []
@@ -76,46 +70,6 @@ class EchoServer:
                 return previous(sslobj, server_name, ctx) if previous is not None else None
 
             ssl_context.sni_callback = record
-
-    async def start(self) -> Self:
-        """Bind and start accepting. Returns self. Idempotent."""
-        if self._server is None:
-            extra: dict[str, Any] = {}
-            if self._ssl_context is not None:
-                extra = {"ssl_handshake_timeout": 10.0, "ssl_shutdown_timeout": 2.0}
-            self._server = await asyncio.start_server(
-                self._on_connection, self._host, self._port, ssl=self._ssl_context, **extra
-            )
-            self._port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        """Close the listening socket and every open connection. Idempotent."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        await self._connections.close_all()
-        await server.wait_closed()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def port(self) -> int:
-        return self._port
 
     @property
     def received(self) -> int:

@@ -42,16 +42,14 @@ import ssl
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import h2.exceptions
 import h11
 
-from weir.testkit._conn import ConnectionTracker
+from weir.testkit._conn import StreamServer
 from weir.testkit._http import READ_SIZE, RawRequest, Reply, serve_h2, sniff_h2_preface
-from weir.testkit.net import require_loopback
 from weir.testkit.websocket import PrefixedReader, accept_key, serve_echo
 
 __all__ = ["EchoHttpServer", "EchoIdentity", "EchoRequest", "TlsFacts", "describe", "parse_delay"]
@@ -185,7 +183,7 @@ class _Stats:
     requests: list[EchoRequest] = field(default_factory=list)
 
 
-class EchoHttpServer:
+class EchoHttpServer(StreamServer):
     """An HTTP/1.1 + h2c (+ TLS, + WebSocket) echo server bound to a loopback IP literal.
 
     ``host`` must be in 127.0.0.0/8 or ``::1`` (anything else raises at
@@ -204,62 +202,15 @@ class EchoHttpServer:
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        super().__init__(host, port, ssl_context, what=f"EchoHttpServer {identity.pod!r}")
         self.identity = identity
-        self._host = require_loopback(host, what=f"EchoHttpServer {identity.pod!r}")
-        self._port = port
-        self._ssl_context = ssl_context
-        self._server: asyncio.Server | None = None
-        self._connections = ConnectionTracker()
         self._stats = _Stats()
         self._sni: _SniRecorder | None = None
         if ssl_context is not None:
             self._sni = _SniRecorder(ssl_context.sni_callback)
             ssl_context.sni_callback = self._sni
 
-    # -- lifecycle --------------------------------------------------------
-
-    async def start(self) -> Self:
-        """Bind and start accepting. Returns self. Idempotent."""
-        if self._server is None:
-            self._connections = ConnectionTracker()
-            extra: dict[str, Any] = {}
-            if self._ssl_context is not None:
-                extra = {"ssl_handshake_timeout": 10.0, "ssl_shutdown_timeout": 2.0}
-            self._server = await asyncio.start_server(
-                self._on_connection, self._host, self._port, ssl=self._ssl_context, **extra
-            )
-            self._port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        """Close the listening socket and every open connection (WebSockets included). Idempotent."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        await self._connections.close_all()
-        await server.wait_closed()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     # -- facts ------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return self._host
-
-    @property
-    def port(self) -> int:
-        return self._port
 
     @property
     def requests(self) -> list[EchoRequest]:

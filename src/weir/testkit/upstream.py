@@ -21,13 +21,12 @@ import ssl
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import h2.exceptions
 import h11
 
-from weir.testkit._conn import ConnectionTracker
+from weir.testkit._conn import ConnectionTracker, StreamServer
 from weir.testkit._http import RawRequest, Reply, serve_h1, serve_h2, sniff_h2_preface
 from weir.testkit.net import require_loopback
 
@@ -140,7 +139,7 @@ def _peer_cn(sslobj: ssl.SSLObject) -> str | None:
     return None
 
 
-class RecordingUpstream:
+class RecordingUpstream(StreamServer):
     """An HTTP/1.1 + HTTP/2 server on a loopback IP that records every request.
 
     ``host`` must be a loopback IP literal (see :func:`weir.testkit.net.loopback_ok`);
@@ -183,56 +182,12 @@ class RecordingUpstream:
         if ssl_context is not None:
             _install_sni_recorder(ssl_context)
 
-    # -- lifecycle --------------------------------------------------------
-
-    async def start(self) -> Self:
-        """Bind and start accepting. Returns self. Idempotent."""
-        if self._server is None:
-            self._connections = ConnectionTracker()
-            extra: dict[str, Any] = {}
-            if self._ssl_context is not None:
-                extra = {"ssl_handshake_timeout": 10.0, "ssl_shutdown_timeout": 2.0}
-            self._server = await asyncio.start_server(
-                self._on_connection, self._host, self._port, ssl=self._ssl_context, **extra
-            )
-            self._port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def stop(self) -> None:
-        """Close the listening socket and every open connection. Idempotent."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        await self._connections.close_all()
-        await server.wait_closed()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
     # -- facts ------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return self._host
 
     @property
     def ssl_context(self) -> ssl.SSLContext | None:
         """The server context (its ``sni_callback`` now also records SNI), or None."""
         return self._ssl_context
-
-    @property
-    def port(self) -> int:
-        """The bound port (the requested one until :meth:`start` picks one for 0)."""
-        return self._port
 
     @property
     def url(self) -> str:
