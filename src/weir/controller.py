@@ -175,6 +175,19 @@ class Controller:
             self._ads = AdsServer(os.path.join(self._run_dir, "xds.sock"))
             await self._ads.start()
             self._ads.add_listener(lambda _state: self._settle.set())
+            # The admin endpoint answers before anything is served (/ready says 503 until then),
+            # so whoever sees a route answer can already ask weir about it.
+            self._admin = AdminServer(
+                self._options.admin_host,
+                self._options.admin_port,
+                {
+                    "/healthz": self._healthz,
+                    "/ready": self._ready_view,
+                    "/status": self._status_view,
+                    "/metrics": self.telemetry.scrape,
+                },
+            )
+            await self._admin.start()
             if isinstance(self._provider, ManagedProvider):
                 await self._provider.start()
             self._apply(self._provider.load())
@@ -195,17 +208,6 @@ class Controller:
             )
             os.makedirs(os.path.join(self._run_dir, "envoy"), exist_ok=True)
             await self._envoy.start()
-            self._admin = AdminServer(
-                self._options.admin_host,
-                self._options.admin_port,
-                {
-                    "/healthz": self._healthz,
-                    "/ready": self._ready_view,
-                    "/status": self._status_view,
-                    "/metrics": self.telemetry.scrape,
-                },
-            )
-            await self._admin.start()
             self._tasks = [
                 asyncio.create_task(self._watch(), name="weir-watch"),
                 asyncio.create_task(self._settle_loop(), name="weir-settle"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -18,6 +19,8 @@ import pytest
 import yaml
 from weir_harness import GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive
 
+from weir.controller import Controller, Options, ProviderSnapshot
+from weir.providers.files import FilesProvider
 from weir.testkit import (
     CertAuthority,
     DnsStub,
@@ -26,6 +29,7 @@ from weir.testkit import (
     make_ca,
     server_ssl_context,
 )
+from weir.translate import Settings
 
 API_HOST = "api.example.test"
 
@@ -383,6 +387,66 @@ async def test_weir_run_status_and_sigterm_leave_nothing_behind(tmp_path: Path) 
             proc.kill()
             proc.wait()
     assert envoy_pid and not pid_alive(envoy_pid), "Envoy outlived weir"
+
+
+class _HeldStart:
+    """A files provider whose connection opens only when the test says so (as an API server might)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.inner = FilesProvider([str(folder)])
+        self.release = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.release.wait()
+
+    async def stop(self) -> None:
+        pass
+
+    def load(self) -> ProviderSnapshot:
+        return self.inner.load()
+
+    def watch(self) -> AsyncIterator[ProviderSnapshot]:
+        return self.inner.watch()
+
+
+async def test_admin_answers_before_anything_is_served(tmp_path: Path) -> None:
+    """/healthz and /status answer and /ready says 503 while weir starts; /ready turns 200 once it serves.
+
+    Whoever sees a route answer must be able to ask weir about it: the admin
+    endpoint is up before Envoy is started, not after.
+    """
+    gateway_port = free_port()
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "gw.yaml").write_text(GATEWAY_HEAD.format(port=gateway_port))
+    provider = _HeldStart(folder)
+    controller = Controller(provider, Settings(), Options(admin_port=0))
+    starting = asyncio.create_task(controller.start())
+    try:
+        await eventually(lambda: controller.admin_port is not None, timeout=10, interval=0.01)
+        base = f"http://127.0.0.1:{controller.admin_port}"
+        async with httpx.AsyncClient(timeout=5) as client:
+            assert (await client.get(base + "/healthz")).status_code == 200
+            assert (await client.get(base + "/ready")).status_code == 503
+            status = (await client.get(base + "/status")).json()
+            assert status["dataPlane"]["envoyPid"] is None
+            assert status["dataPlane"]["configVersion"] is None
+            provider.release.set()
+            await asyncio.wait_for(starting, 30)
+            await asyncio.wait_for(controller.ready.wait(), 20)
+            assert (await client.get(base + "/ready")).status_code == 200
+            envoy = controller.envoy
+            assert envoy is not None and envoy.pid
+            assert (await client.get(base + "/status")).json()["dataPlane"]["envoyPid"] == envoy.pid
+    finally:
+        provider.release.set()
+        if not starting.done():
+            starting.cancel()
+        with contextlib.suppress(BaseException):
+            await starting
+        envoy_pid = controller.envoy.pid if controller.envoy is not None else None
+        await controller.stop()
+    assert envoy_pid is None or not pid_alive(envoy_pid), "Envoy outlived the controller"
 
 
 async def test_gateway_addresses_choose_where_listeners_bind(weir: Weir) -> None:
