@@ -62,7 +62,6 @@ from weir.xds.listeners import (
 )
 from weir.xds.mcp import uses_tool_policies
 from weir.xds.routes import (
-    EXTERNAL_REQUEST_HEADERS_TO_REMOVE,
     RETRY_ON,
     fraction,
     origin_matcher,
@@ -80,7 +79,6 @@ __all__ = [
     "EGRESS_POLICY_PREFIX",
     "EXTERNAL_HEADERS_TO_REMOVE",
     "EXTERNAL_HEADER_PREFIXES_TO_REMOVE",
-    "EXTERNAL_REQUEST_HEADERS_TO_REMOVE",
     "HTTPS_ALPN",
     "RETRY_ON",
     "TCP_ACCESS_LOG_FORMAT",

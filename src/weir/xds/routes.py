@@ -40,31 +40,6 @@ from weir.xds.common import (
     upstream_of,
 )
 
-#: Headers removed from requests sent to an upstream with ``host_header`` (an
-#: external hostname): the design promises such requests carry no ``x-envoy-*``
-#: headers and no internal addressing. Before routing, the connection manager
-#: sets ``x-forwarded-for`` (with ``use_remote_address``, the client address or,
-#: for a loopback client, this host's), ``x-forwarded-proto``, and
-#: ``x-envoy-external-address`` or ``x-envoy-internal``; the route removes them,
-#: client-sent copies included. The router's later
-#: ``x-envoy-expected-rq-timeout-ms`` is stopped by ``suppress_envoy_headers``.
-#: The ``original-*`` ones are defence in depth for rewrites weir may grow.
-#: ``x-request-id`` is not generated (``generate_request_id: false``) but a
-#: client's own would pass. Headers a client invents under the same prefixes
-#: (``x-envoy-anything``, ``x-forwarded-host``) cannot be listed here: the
-#: external upstream's cluster removes them by prefix (see
-#: :data:`weir.xds.clusters.EXTERNAL_HEADER_PREFIXES_TO_REMOVE`).
-EXTERNAL_REQUEST_HEADERS_TO_REMOVE = (
-    "x-envoy-external-address",
-    "x-envoy-internal",
-    "x-envoy-original-host",
-    "x-envoy-original-path",
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-request-id",
-)
-
-
 #: ``Forward.unresolved_status`` as a route's ``cluster_not_found_response_code`` (a gRPC
 #: request gets it as a gRPC status: 503 is ``UNAVAILABLE``).
 _UNRESOLVED_CODES = {
@@ -183,16 +158,14 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         if upstream is not None and upstream.host_header is not None:
             # The route's own Host rewrite, if any, wins over the external hostname.
             action.host_rewrite_literal = rewrite_host or upstream.host_header
-            out.request_headers_to_remove.extend(EXTERNAL_REQUEST_HEADERS_TO_REMOVE)
         return out
     for backend, upstream in zip(backends, chosen, strict=True):
         weight = action.weighted_clusters.clusters.add(name=cluster_name(upstream))
         weight.weight.value = backend.weight
-        # Per backend: the Host rewrite and header stripping apply only to the
-        # share of requests that go to the external hostname.
+        # Per backend: the Host rewrite applies only to the share of requests
+        # that go to the external hostname.
         if upstream is not None and upstream.host_header is not None:
             weight.host_rewrite_literal = rewrite_host or upstream.host_header
-            weight.request_headers_to_remove.extend(EXTERNAL_REQUEST_HEADERS_TO_REMOVE)
         _weighted_edits(weight, route, backends, backend)
         for name, config in mcp.per_filter_config(upstream, mirrored).items():
             weight.typed_per_filter_config[name].CopyFrom(config)
