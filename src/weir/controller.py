@@ -35,6 +35,7 @@ from weir import __version__, ir
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
 from weir.envoy import EnvoyError, EnvoyProcess, ExitInfo, bootstrap, listener_bound
+from weir.heap import return_free_memory
 from weir.loader import Problem, gc_paused
 from weir.resources import Resources
 from weir.status_store import StatusStore
@@ -139,6 +140,8 @@ class Controller:
         self._builder = BuildCache()
         # The heap's size (allocated blocks) after its last full collection (see _apply, _refreeze_heap).
         self._frozen_baseline: int | None = None
+        # A big change was applied: give the C heap's free pages back once Envoy has taken it.
+        self._trim_pending = False
         self._carried: str | None = None
         # The translation (by identity) and data plane state whose statuses were published last.
         self._published: tuple[Translation, DataPlaneState] | None = None
@@ -276,6 +279,7 @@ class Controller:
             if made < _FREEZE_AFTER:
                 return  # a small change: the collector's young generations deal with it
             gc.freeze()
+            self._trim_pending = True
         if self._frozen_baseline is None:
             self._frozen_baseline = sys.getallocatedblocks()
 
@@ -431,6 +435,11 @@ class Controller:
         # (0.1 s at 10,000 routes), sys.getallocatedblocks() the allocator's pools (1 ms).
         if state.accepted and baseline is not None and sys.getallocatedblocks() > 2 * baseline:
             self._frozen_baseline = _refreeze_heap()
+            self._trim_pending = True
+        if state.accepted and self._trim_pending:
+            # After the ACK: the push's serialised responses have been sent and dropped by then.
+            self._trim_pending = False
+            return_free_memory("a big configuration change")
         if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
             log.debug("retired clusters and secrets no route uses any more")
 
