@@ -18,8 +18,10 @@ two deep copies: at 10,000 routes (20,000 statuses) a publish where one
 status changed took a fifth of the time it did (≈ 15 ms against ≈ 80 ms on
 the shared 2-core machine, most of it now the loop over the keys), and the
 first publish a quarter (0.2 s against 0.9 s). The stamped statuses the
-store publishes are values too, and share the parts without conditions with
-the statuses they were made from.
+store publishes are values too: equal parts made by one publish (conditions,
+parent references, whole parent entries, whole statuses) are one object,
+since most objects' statuses are alike; at 10,000 routes that keeps 9 MiB
+of stamped statuses instead of 25 MiB.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from weir.api.meta import ObjectKey
 
 Clock = Callable[[], dt.datetime]
+_Node = TypeVar("_Node", dict[str, Any], list[Any])
 
 
 def _utcnow() -> dt.datetime:
@@ -64,6 +67,11 @@ class StatusStore:
         new: dict[ObjectKey, dict[str, Any]] = {}
         changed: set[ObjectKey] = set()
         kept = 0
+        # Equal stamped parts made by this publish are one object (see _one_of): most objects'
+        # conditions, parent references and parent entries are alike ("Route is accepted",
+        # stamped at the same second). At 10,000 routes the first publish kept 25 MiB of copies
+        # without this.
+        shared: dict[tuple[Any, ...], Any] = {}
         for key, status in given.items():
             previous = current.get(key)
             if previous is not None:
@@ -72,7 +80,7 @@ class StatusStore:
                 if before is status or before == status:
                     new[key] = previous
                     continue
-            stamped = _stamped(status, previous, now)
+            stamped = _stamped(status, previous, now, shared)
             new[key] = stamped
             if stamped != previous:
                 changed.add(key)
@@ -83,12 +91,15 @@ class StatusStore:
         return changed
 
 
-def _stamped(node: dict[str, Any], previous: Any, now: str) -> dict[str, Any]:
+def _stamped(
+    node: dict[str, Any], previous: Any, now: str, shared: dict[tuple[Any, ...], Any]
+) -> dict[str, Any]:
     """``node`` with ``lastTransitionTime`` added to every condition under it (``node`` is not modified).
 
     ``previous`` is the same place in the status published last (stamped),
     or ``None``. Dicts and lists on the way to a condition are new; what
-    holds no condition to stamp is shared with ``node``.
+    holds no condition to stamp is shared with ``node``. A stamped condition
+    (or list of them) equal to one already in ``shared`` is that one.
     """
     out: dict[str, Any] = {}
     for field, value in node.items():
@@ -107,23 +118,56 @@ def _stamped(node: dict[str, Any], previous: Any, now: str) -> dict[str, Any]:
                     and prior.get("reason") == cond.get("reason")
                     and "lastTransitionTime" in prior
                 )
-                conditions.append(
-                    {**cond, "lastTransitionTime": prior["lastTransitionTime"] if same and prior else now}
-                )
-            out[field] = conditions
+                time = prior["lastTransitionTime"] if same and prior else now
+                conditions.append(_one_condition({**cond, "lastTransitionTime": time}, shared))
+            out[field] = _one_of(conditions, shared)
         elif isinstance(value, list):
             olds = {_identity(item): item for item in before or [] if isinstance(item, dict)}
-            out[field] = [
-                _stamped(item, olds.get(_identity(item)) if olds else None, now)
+            items = [
+                _stamped(item, olds.get(_identity(item)) if olds else None, now, shared)
                 if isinstance(item, dict)
                 else item
                 for item in value
             ]
+            out[field] = _one_of(items, shared)
         elif isinstance(value, dict):
-            out[field] = _stamped(value, before, now)
+            out[field] = _stamped(value, before, now, shared)
         else:
             out[field] = value
-    return out
+    return _one_of(out, shared)
+
+
+def _one_of(made: _Node, shared: dict[tuple[Any, ...], Any]) -> _Node:
+    """The dict or list in ``shared`` equal to ``made`` (``made`` itself, and recorded, the first time).
+
+    ``made`` was just made by :func:`_stamped`. A dict or list inside it is
+    named by its identity: it is itself the one in ``shared`` or a part of a
+    status being published, so it is alive until the publish ends and no
+    other object can have its identity meanwhile; equal identities are the
+    very same parts.
+    """
+    if isinstance(made, dict):
+        key: tuple[Any, ...] = (
+            "{",
+            *[(k, ("id", id(v)) if v.__class__ in _CONTAINERS else v) for k, v in made.items()],
+        )
+    else:
+        key = ("[", *[("id", id(v)) if v.__class__ in _CONTAINERS else v for v in made])
+    try:
+        return shared.setdefault(key, made)  # type: ignore[no-any-return]
+    except TypeError:  # a value that cannot be hashed (in another controller's entry): kept apart
+        return made
+
+
+def _one_condition(condition: dict[str, Any], shared: dict[tuple[Any, ...], Any]) -> dict[str, Any]:
+    """:func:`_one_of` for a condition weir made: its values are strings and numbers."""
+    try:
+        return shared.setdefault(("c", *condition.items()), condition)  # type: ignore[no-any-return]
+    except TypeError:
+        return condition
+
+
+_CONTAINERS = (dict, list)
 
 
 def _identity(item: dict[str, Any]) -> str:
