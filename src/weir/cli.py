@@ -524,4 +524,21 @@ def _dump(data: Any, output: str) -> None:
     if output == "json":
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, width=120))
+        sys.stdout.write(yaml_text(data))
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """YAML for people: a value that appears twice is written out twice.
+
+    Statuses share equal parts (weir.translate.status.condition, the status
+    store); PyYAML would write those as ``&id001`` anchors and ``*id001``
+    aliases, which nobody reading ``weir translate`` wants to follow.
+    """
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def yaml_text(data: Any, width: int = 120) -> str:
+    """``data`` as the CLI writes YAML: keys in their order, no anchors or aliases."""
+    return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False, width=width)

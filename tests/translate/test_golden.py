@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from weir import ir
+from weir.cli import yaml_text
 from weir.loader import load_text
 from weir.resources import Resources
 from weir.translate import Settings, translate
@@ -32,7 +32,7 @@ def render(name: str) -> str:
         "status": {str(key): value for key, value in result.statuses.items()},
         "ir": ir.to_data(result.ir),
     }
-    return yaml.safe_dump(data, sort_keys=False, width=100)
+    return yaml_text(data, width=100)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from weir.cli import app
+from weir.cli import app, yaml_text
 from weir.xds.build import EGRESS_DENIED_BODY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -301,7 +301,7 @@ ROUTES = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 
 def dump(data: Any) -> str:
     """YAML as ``weir translate`` writes it."""
-    return yaml.safe_dump(data, sort_keys=False, width=120)
+    return yaml_text(data)
 
 
 def render(spec: str) -> str:

@@ -11,6 +11,7 @@ either: it needs a clock and the previous status (see
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -92,8 +93,14 @@ def parents_status(
     return {key: (others + ours)[:limit]}
 
 
+@functools.lru_cache(maxsize=2048)
 def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
-    """A condition in the Kubernetes shape (without ``lastTransitionTime``)."""
+    """A condition in the Kubernetes shape (without ``lastTransitionTime``).
+
+    Equal conditions are one dict (statuses are values, never modified): most
+    objects' conditions are alike ("Route is accepted", "All references
+    resolved"), and at 10,000 routes separate copies took 6 MiB.
+    """
     return {
         "type": kind,
         "status": "True" if ok else "False",
