@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,7 +153,7 @@ def http_route_unit(
     if not parents:
         # weir's entries for Gateways the route no longer names
         return RouteUnit(route.key, st.parents_status(route.status, controller_name, []))
-    gateways_used = frozenset(a.listener.gateway.key for a in attachments)
+    gateways_used = _one_set(frozenset(a.listener.gateway.key for a in attachments))
     table = RouteTable()
     resolved = _resolve_rules(route, resolver, set(gateways_used), table, request_timeout_ms)
     attached: dict[int, ListenerContext] = {}
@@ -175,6 +176,12 @@ def http_route_unit(
         reads=resolved.reads,
         uses=resolved.uses,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _one_set(keys: frozenset[ObjectKey]) -> frozenset[ObjectKey]:
+    """The first set equal to ``keys``: the routes of one Gateway share one (a set costs 216 bytes)."""
+    return keys
 
 
 def place_unit(unit: RouteUnit, table: RouteTable) -> None:
@@ -469,7 +476,9 @@ def _resolve_rules(
             )
             action = _action(weights, timing, found, tuple(mirrors))
         rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
-    return _ResolvedRules(tuple(rules), failure, frozenset(reads), frozenset(uses))
+    named, resolved = frozenset(reads), frozenset(uses)
+    # Usually the same backends (all resolved): one set, not two, for each of 10,000 routes.
+    return _ResolvedRules(tuple(rules), failure, named, named if resolved == named else resolved)
 
 
 def backend_key(ref: BackendRef, route_namespace: str) -> ObjectKey | None:
