@@ -347,3 +347,62 @@ def test_a_static_address_that_cannot_be_bound_is_address_not_usable_and_left_ou
     result = apply_data_plane({GW: status}, mixed, state)
     assert programmed_of(result[GW]) == ("False", "Invalid")
     assert result[GW]["addresses"] == [{"type": "IPAddress", "value": "127.0.0.1"}]
+
+
+SHARING_WORLD = (
+    """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec: {controllerName: weir.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+"""
+    + "".join(
+        f"""---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r{i}, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules: [{{backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: {backend}}}]}}]
+"""
+        for i, backend in enumerate(["x", "x", "x", "missing"])
+    )
+    + """---
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackend
+metadata: {name: x, namespace: default}
+spec: {type: ExternalHostname, externalHostname: {hostname: api.example.com}, port: {port: 443}}
+"""
+)
+
+
+def _route_statuses() -> list[dict[str, Any]]:
+    loaded, problems = load_text(SHARING_WORLD, "world.yaml")
+    assert not problems
+    result = translate(Resources.from_objects(item.object for item in loaded), Settings())
+    return [result.statuses[ObjectKey("HTTPRoute", "default", f"r{i}")] for i in range(4)]
+
+
+def test_equal_route_statuses_are_one_object() -> None:
+    """Memory: the routes of one listener with equal conditions share their status, not copies."""
+    r0, r1, r2, refused = _route_statuses()
+    assert r0 is r1 is r2
+    assert refused != r0
+    assert refused["parents"][0]["parentRef"] is r0["parents"][0]["parentRef"]
+    assert refused["parents"][0]["conditions"][0] is r0["parents"][0]["conditions"][0]  # Accepted
+
+
+def test_sharing_table_is_bounded_and_results_stay_equal(monkeypatch: Any) -> None:
+    expected = _route_statuses()
+    monkeypatch.setattr(st, "_SHARED_MAX", 2)
+    st._SHARED.clear()
+    for _ in range(3):
+        assert _route_statuses() == expected
+        assert len(st._SHARED) <= 2

@@ -388,17 +388,13 @@ class BackendResolver:
             users = sorted(self._xbackend_users.get(xb.key, ()))
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation
+            conditions = [st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions]
             ours = [
-                {
-                    "parentRef": {
-                        "group": GATEWAY_GROUP,
-                        "kind": "Gateway",
-                        "namespace": gw.namespace,
-                        "name": gw.name,
-                    },
-                    "controllerName": controller_name,
-                    "conditions": [st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions],
-                }
+                st.parent_entry(
+                    {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name},
+                    controller_name,
+                    conditions,
+                )
                 for gw in users
             ]
             status = st.parents_status(xb.status, controller_name, ours)

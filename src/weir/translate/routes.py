@@ -647,8 +647,4 @@ def route_parent_entry(
         resolved = st.condition(st.RESOLVED_REFS, False, failure.reason, failure.message, gen)
     else:
         resolved = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved", gen)
-    return {
-        "parentRef": parent_ref_data(ref, route.namespace),
-        "controllerName": controller_name,
-        "conditions": [accepted, resolved],
-    }
+    return st.parent_entry(parent_ref_data(ref, route.namespace), controller_name, [accepted, resolved])
