@@ -1149,7 +1149,7 @@ def envoy_load() -> str:
         return ""
     data = json.loads(ENVOY_LOAD.read_text())
     lines = [
-        "| Envoy bootstrap variant | ready (all ACKed) | last route served | Envoy RSS |",
+        "| variant | ready (all ACKed) | last route served | Envoy RSS |",
         "|---|---:|---:|---:|",
     ]
     for variant, runs in data["results"].items():
@@ -1162,11 +1162,15 @@ def envoy_load() -> str:
             return f"{mid:.2f} ({low:.2f}-{high:.2f}) s"
 
         lines.append(f"| {variant} | {cell('acked_s')} | {cell('served_s')} | {cell('rss_mib', 'MiB')} |")
+    variants = ",".join(data["results"])
     return (
-        f"Envoy alone loading this configuration for N = {data['n']:,}, per bootstrap variant "
-        f"(`python bench/envoy_load.py --n {data['n']} --rounds {data.get('rounds', '?')}`; "
-        "median (min-max); `weir` is weir's bootstrap, the others differ in their stats "
-        "settings only; see the script):\n\n" + "\n".join(lines) + "\n\n"
+        f"Envoy alone loading this configuration for N = {data['n']:,}, per variant "
+        f"(`python bench/envoy_load.py --n {data['n']} --rounds {data.get('rounds', '?')} "
+        f"--variants {variants}`; median (min-max); `weir` is weir's bootstrap and configuration, "
+        "`kept-eager` to `no-stats` differ from it in their stats settings only, `weir-upstream-filters` "
+        "and `weir-static` are experiments on the configuration; see the script):\n\n"
+        + "\n".join(lines)
+        + "\n\n"
     )
 
 

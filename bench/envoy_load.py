@@ -23,7 +23,12 @@ once in this process and served by weir's own ADS server
 * ``weir+shared-dns``: weir's bootstrap, with the clusters' DNS resolver
   configuration moved into the bootstrap, so that every cluster shares Envoy's
   one resolver instead of creating its own (an experiment);
-* ``weir+concurrency-1``: weir's bootstrap, one Envoy worker thread instead of two.
+* ``weir+concurrency-1``: weir's bootstrap, one Envoy worker thread instead of two;
+* ``weir-upstream-filters``: weir's configuration without the clusters' upstream HTTP
+  filters (egress guard, header removal, codec): what that chain costs Envoy to load
+  (an experiment: weir never serves this);
+* ``weir-static``: weir's configuration with every DNS cluster made a static one (the
+  endpoint 127.0.0.1): what DNS clusters cost Envoy to load (an experiment).
 
 For each: Envoy start → ready (``/ready``), → every type ACKed (the whole
 configuration accepted; CDS is ACKed once every cluster has warmed, DNS
@@ -55,7 +60,7 @@ import controlplane as cp
 
 VARIANTS = ("weir", "kept-eager", "regex-stats", "all-deferred", "all-stats", "no-stats")
 #: Variants that change the resources as well (not only the bootstrap).
-RESOURCE_VARIANTS = ("weir+shared-dns", "weir+concurrency-1")
+RESOURCE_VARIANTS = ("weir+shared-dns", "weir+concurrency-1", "weir-upstream-filters", "weir-static")
 
 
 def variant_bootstrap(config: dict[str, Any], variant: str) -> dict[str, Any]:
@@ -104,6 +109,31 @@ def shared_dns(snapshot: Any) -> tuple[Any, dict[str, Any]]:
     return Snapshot(snapshot.version + "-shared-dns", resources), resolver
 
 
+def without(snapshot: Any, variant: str) -> Any:
+    """``snapshot`` with its clusters' upstream HTTP filters removed, or with static clusters."""
+    from envoy.config.cluster.v3 import cluster_pb2
+    from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
+
+    from weir.xds.snapshot import CLUSTER, Resource, Snapshot
+
+    key = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+    clusters = {}
+    for name, resource in snapshot.of_type(CLUSTER).items():
+        message = cluster_pb2.Cluster.FromString(resource.value)
+        if variant == "weir-upstream-filters" and key in message.typed_extension_protocol_options:
+            options = http_protocol_options_pb2.HttpProtocolOptions()
+            message.typed_extension_protocol_options[key].Unpack(options)
+            options.ClearField("http_filters")
+            message.typed_extension_protocol_options[key].Pack(options)
+        if variant == "weir-static" and message.cluster_type.name == "envoy.cluster.dns":
+            message.ClearField("cluster_type")
+            message.type = cluster_pb2.Cluster.STATIC
+            endpoint = message.load_assignment.endpoints[0].lb_endpoints[0].endpoint
+            endpoint.address.socket_address.address = "127.0.0.1"
+        clusters[name] = Resource.of(message, name)
+    return Snapshot(f"{snapshot.version}-{variant}", {**snapshot.resources, CLUSTER: clusters})
+
+
 async def measure(
     snapshot: Any, variant: str, workdir: Path, probe: tuple[int, str, str], timeout: float
 ) -> dict[str, float]:
@@ -119,6 +149,8 @@ async def measure(
         snapshot, config["typed_dns_resolver_config"] = shared_dns(snapshot)
     elif variant == "weir+concurrency-1":
         concurrency = 1
+    elif variant in ("weir-upstream-filters", "weir-static"):
+        snapshot = without(snapshot, variant)
     ads.set_snapshot(snapshot)
     envoy = EnvoyProcess(config, run_dir=run / "envoy", ready_timeout=timeout, concurrency=concurrency)
     prober = cp.Prober()
