@@ -169,9 +169,8 @@ BAMCA0gAMEUCIQDOFeAsJDwCp04nbXDROm6h1FigiouiNQ1UJndi9lVZ6wIgB5Ba
 """
 
 
-def xbackend_manifests(one_ca: str = "ca") -> str:
-    """A Gateway used by a route to two XBackends verified with a CA ConfigMap; ``one``'s CA is ``one_ca``."""
-    head = """\
+#: weir's GatewayClass and a Gateway ``gw`` with one HTTP listener.
+GATEWAY = """\
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {name: weir}
@@ -183,7 +182,14 @@ metadata: {name: gw, namespace: default}
 spec:
   gatewayClassName: weir
   listeners: [{name: http, port: 8080, protocol: HTTP}]
----
+"""
+
+
+def xbackend_manifests(one_ca: str = "ca") -> str:
+    """A Gateway used by a route to two XBackends verified with a CA ConfigMap; ``one``'s CA is ``one_ca``."""
+    head = (
+        GATEWAY
+        + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: apis, namespace: default}
@@ -201,6 +207,7 @@ metadata: {name: ca, namespace: default}
 data:
   ca.crt: |
 """
+    )
     text = head + "".join(f"    {line}\n" for line in CA_PEM.splitlines())
     for name, ca in (("one", one_ca), ("two", "ca")):
         text += f"""\
@@ -350,19 +357,7 @@ def test_a_static_address_that_cannot_be_bound_is_address_not_usable_and_left_ou
 
 
 SHARING_WORLD = (
-    """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: weir}
-spec: {controllerName: weir.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners: [{name: http, port: 8080, protocol: HTTP}]
-"""
+    GATEWAY
     + "".join(
         f"""---
 apiVersion: gateway.networking.k8s.io/v1
