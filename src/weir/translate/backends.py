@@ -40,7 +40,7 @@ WSS_APP_PROTOCOL = "kubernetes.io/wss"
 RAW_ROUTE_KINDS = ("TCPRoute", "TLSRoute")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RefFailure:
     """A backendRef that does not resolve: the route's ``ResolvedRefs=False`` reason and message."""
 
@@ -48,7 +48,7 @@ class RefFailure:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resolved:
     """A backendRef that resolved to an object.
 
@@ -66,7 +66,7 @@ class Resolved:
     streaming: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class XBackendVerdict:
     """An XBackend evaluated on its own: usable (``upstream``) or why not."""
 

@@ -39,7 +39,7 @@ MCP_IDLE_TIMEOUT_MS = 3_600_000
 SortKey = tuple[Any, ...]
 
 
-@dataclass
+@dataclass(slots=True)
 class RouteTable:
     """What routes contribute to the data plane, besides the routes each listener keeps
     (:attr:`weir.translate.gateways.ListenerContext.routes`)."""
@@ -50,7 +50,7 @@ class RouteTable:
     tcp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Attachment:
     """A route attached to a listener, for ``hostnames`` (its own intersected with the listener's)."""
 
@@ -58,7 +58,7 @@ class Attachment:
     hostnames: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RouteUnit:
     """What one HTTPRoute contributes to a translation, from the route and what it reads alone.
 
@@ -392,7 +392,7 @@ def unsupported_fields(route: HTTPRoute) -> list[str]:
     return found
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Rule:
     """One rule, resolved: what its routes do, except a redirect's listener-dependent part."""
 
@@ -402,7 +402,7 @@ class _Rule:
     cors: ir.Cors | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _ResolvedRules:
     rules: tuple[_Rule, ...]
     failure: RefFailure | None
