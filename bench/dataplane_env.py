@@ -42,7 +42,7 @@ PROXY_CORE = 1
 LOAD_CORE = 0
 HERE = Path(__file__).resolve().parent
 EGRESS_CONTENDERS = ("weir", "lean-envoy", "lean-envoy-same", "nginx", "haproxy", "direct")
-STREAMING_CONTENDERS = ("weir", "lean-envoy", "nginx", "haproxy", "direct")
+STREAMING_CONTENDERS = ("weir", "lean-envoy", "lean-envoy-same", "nginx", "haproxy", "direct")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PATH = "/v1/chat/completions"
 
