@@ -394,10 +394,11 @@ class BackendResolver:
                     {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name},
                     controller_name,
                     conditions,
+                    unique=True,  # an XBackend's Accepted message names its hostname and port
                 )
                 for gw in users
             ]
-            status = st.parents_status(xb.status, controller_name, ours)
+            status = st.parents_status(xb.status, controller_name, ours, unique=True)
             if status is not None:
                 out[xb.key] = status
         return out

@@ -78,6 +78,7 @@ def parents_status(
     *,
     key: str = "parents",
     limit: int = MAX_PARENTS,
+    unique: bool = False,
 ) -> dict[str, Any] | None:
     """``{key: [...]}``: other controllers' entries as written, then weir's ``ours``.
 
@@ -85,12 +86,14 @@ def parents_status(
     At most ``limit`` entries. ``None`` when there is nothing to write: weir
     has no entry now and had none before. When weir had entries and now has
     none, the result removes them. Equal results are one object (see
-    :func:`parent_entry`).
+    :func:`parent_entry`), unless ``unique`` says ``ours`` are one of a kind.
     """
     written = [p for p in ((previous or {}).get(key) or []) if isinstance(p, dict)]
     others = [p for p in written if p.get("controllerName") != controller_name]
     if not ours and len(others) == len(written):
         return None
+    if unique:  # ``ours`` are one of a kind (see parent_entry)
+        return {key: (others + ours)[:limit]}
     entries = _shared_list((others + ours)[:limit])
     return _share((key, id(entries)), {key: entries})  # type: ignore[no-any-return]
 
@@ -102,7 +105,7 @@ _SHARED_MAX = 1 << 15
 
 
 def parent_entry(
-    parent_ref: dict[str, Any], controller_name: str, conditions: list[Condition]
+    parent_ref: dict[str, Any], controller_name: str, conditions: list[Condition], *, unique: bool = False
 ) -> dict[str, Any]:
     """One ``status.parents`` (or ``ancestors``) entry; equal entries are one object.
 
@@ -110,9 +113,13 @@ def parent_entry(
     alike: the 2,500 routes of one listener have the same ``parentRef`` and
     conditions (:func:`condition` shares those), and so the same entry and
     the same ``status``. At 10,000 routes separate copies took 6 MiB.
-    ``parent_ref`` holds strings and numbers only.
+    ``parent_ref`` holds strings and numbers only. ``unique``: the entry is
+    known to be one of a kind (its conditions name the object), so only its
+    ``parentRef`` is looked up; recording it would only fill the table.
     """
     ref = _share(("ref", *parent_ref.items()), parent_ref)
+    if unique:
+        return {"parentRef": ref, "controllerName": controller_name, "conditions": conditions}
     conds = _shared_list(conditions)
     key = ("entry", id(ref), controller_name, id(conds))
     found = _SHARED.get(key)
