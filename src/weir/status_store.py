@@ -97,9 +97,9 @@ def _stamped(
     """``node`` with ``lastTransitionTime`` added to every condition under it (``node`` is not modified).
 
     ``previous`` is the same place in the status published last (stamped),
-    or ``None``. Dicts and lists on the way to a condition are new; what
-    holds no condition to stamp is shared with ``node``. A stamped condition
-    (or list of them) equal to one already in ``shared`` is that one.
+    or ``None``. Its dicts and lists are new (the values in them are
+    ``node``'s), except that one equal to a part already in ``shared`` is
+    that part (:func:`_one_of`).
     """
     out: dict[str, Any] = {}
     for field, value in node.items():
