@@ -6,24 +6,15 @@ from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
+from unit_manifests import GATEWAY
 
 from weir.cli import app
 
 runner = CliRunner()
 
-GOOD = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: weir}
-spec: {controllerName: weir.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners: [{name: http, port: 8080, protocol: HTTP}]
----
+GOOD = (
+    GATEWAY
+    + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: api, namespace: default}
@@ -41,6 +32,7 @@ spec:
   port: {port: 443}
   tls: {mode: ServerOnly}
 """
+)
 
 
 def test_validate_accepts_valid_manifests(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from unit_manifests import GATEWAY
 
 from weir import ir
 from weir.api.gateway_v1 import GatewayClass
@@ -234,19 +235,9 @@ def test_invalid_class_config_is_reported_by_field(spec: str, field: str, messag
 
 # ------------------------------------------------------------------ flags
 
-MANIFESTS = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: weir}
-spec: {controllerName: weir.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners: [{name: http, port: 8080, protocol: HTTP}]
----
+MANIFESTS = (
+    GATEWAY
+    + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: api, namespace: default}
@@ -263,6 +254,7 @@ spec:
   externalHostname: {hostname: api.example.test}
   port: {port: 80}
 """
+)
 
 
 def _translate(tmp_path: Path, *flags: str) -> dict[str, object]:

@@ -5,24 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from unit_manifests import GATEWAY
+
 from weir.api.meta import ObjectKey
 from weir.loader import load_text
 from weir.resources import Resources
 from weir.translate import Settings, translate
 
-BASE = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: weir}
-spec: {controllerName: weir.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners: [{name: http, port: 8080, protocol: HTTP}]
----
+BASE = (
+    GATEWAY
+    + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: pinned, namespace: default}
@@ -38,6 +30,7 @@ spec:
   parentRefs: [{name: gw}]
   rules: [{backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: api}]}]
 """
+)
 
 PUBLISH = """\
 ---

@@ -6,6 +6,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from unit_manifests import GATEWAY
+
 from weir.api.meta import ObjectKey
 from weir.loader import load_text
 from weir.resources import Resources
@@ -166,22 +168,6 @@ JoG6MBIGA1UdEwEB/wQIMAYBAf8CAQkwDgYDVR0PAQH/BAQDAgGGMAoGCCqGSM49
 BAMCA0gAMEUCIQDOFeAsJDwCp04nbXDROm6h1FigiouiNQ1UJndi9lVZ6wIgB5Ba
 2P16x6Ott2Vrs5XjcTW1rkMUufBvUmOfmzE49CA=
 -----END CERTIFICATE-----
-"""
-
-
-#: weir's GatewayClass and a Gateway ``gw`` with one HTTP listener.
-GATEWAY = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: weir}
-spec: {controllerName: weir.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: default}
-spec:
-  gatewayClassName: weir
-  listeners: [{name: http, port: 8080, protocol: HTTP}]
 """
 
 
