@@ -9,6 +9,7 @@ reached it (the kernel queues a completed handshake even when nobody accepts).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -18,14 +19,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, Weir, eventually, pid_alive
+from netns import run_in_netns
+from netns_egress import ALLOWED_FORMS, EMBEDDED_FORMS
+from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, XB, Weir, eventually, pid_alive, routes
 
 from weir.testkit import DnsStub, RecordingUpstream, free_port
 
 API_HOST = "api.example.test"
 ALLOWED_IP = "127.0.0.2"
 GUARD_POLICY = f"rbac_access_denied_matched_policy[weir-denied-network:{FORBIDDEN_IP}/32]"
-XB = "gateway.networking.x-k8s.io"
 
 
 @pytest.fixture
@@ -88,27 +90,6 @@ def assert_never_connected(sock: socket.socket) -> None:
         conn, peer = sock.accept()
         conn.close()
         pytest.fail(f"{peer} connected to the forbidden address")
-
-
-def routes(port: int, *xbackends: tuple[str, str], gateway_port: int) -> str:
-    """A Gateway, one HTTPRoute with a rule ``/NAME`` per XBackend, and the XBackends (plaintext)."""
-    text = GATEWAY_HEAD.format(port=gateway_port) + (
-        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n"
-        "metadata: {name: egress, namespace: default}\nspec:\n  parentRefs: [{name: gw}]\n  rules:\n"
-    )
-    for name, _ in xbackends:
-        text += (
-            f"  - matches: [{{path: {{value: /{name}}}}}]\n"
-            f"    backendRefs: [{{group: {XB}, kind: XBackend, name: {name}}}]\n"
-        )
-    for name, hostname in xbackends:
-        text += (
-            f"---\napiVersion: {XB}/v1alpha1\nkind: XBackend\n"
-            f"metadata: {{name: {name}, namespace: default}}\n"
-            f"spec:\n  type: ExternalHostname\n  externalHostname: {{hostname: {hostname}}}\n"
-            f"  port: {{port: {port}}}\n"
-        )
-    return text
 
 
 async def denied_count(weir: Weir, cluster: str = "xbackend/default/api") -> int:
@@ -406,3 +387,82 @@ spec:
             assert leaked(seen.headers) == [], seen.headers
             assert seen.host == API_HOST
         assert upstream.requests[0].header("x-app-header") == "kept"
+
+
+# --------------------------------------------------------------------------
+# Every path out: request mirrors
+# --------------------------------------------------------------------------
+
+
+async def test_request_mirror_to_a_denied_address_sends_nothing(
+    weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
+) -> None:
+    """A mirror target is an upstream like any other: its copy must never reach a denied address.
+
+    The copy carries the client's ``Authorization``; a route author who could
+    mirror to the metadata service or a private network would have a blind
+    request forgery primitive.
+    """
+    async with RecordingUpstream("api", host=ALLOWED_IP, port=port) as upstream:
+        dns.set(API_HOST, [ALLOWED_IP])
+        dns.set("meta.example.test", [FORBIDDEN_IP])
+        text = (
+            GATEWAY_HEAD.format(port=weir.gateway_port)
+            + f"""\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: mirrored, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - backendRefs: [{{group: {XB}, kind: XBackend, name: api}}]
+    filters:
+    - type: RequestMirror
+      requestMirror: {{backendRef: {{group: {XB}, kind: XBackend, name: meta}}}}
+"""
+        )
+        for name, hostname in (("api", API_HOST), ("meta", "meta.example.test")):
+            text += (
+                f"---\napiVersion: {XB}/v1alpha1\nkind: XBackend\n"
+                f"metadata: {{name: {name}, namespace: default}}\n"
+                f"spec:\n  type: ExternalHostname\n  externalHostname: {{hostname: {hostname}}}\n"
+                f"  port: {{port: {port}}}\n"
+            )
+        weir.write("egress.yaml", text)
+        await weir.start()
+        async with httpx.AsyncClient() as client:
+            for _ in range(5):
+                response = await client.get(weir.url("/x"), headers={"authorization": "Bearer secret"})
+                assert response.status_code == 200, response.text
+        assert len(upstream.requests) == 5
+        # The shadow copy is sent after the response; give it time to arrive, were it sent.
+        await asyncio.sleep(1.0)
+        assert_never_connected(forbidden)
+
+
+# --------------------------------------------------------------------------
+# IPv6 forms that embed an IPv4 address (private network namespace)
+# --------------------------------------------------------------------------
+
+
+async def test_every_ipv6_form_embedding_a_denied_ipv4_is_refused() -> None:
+    """Behind a NAT64 gateway or a 6to4/Teredo relay these reach the IPv4 address they embed.
+
+    Only 10.0.0.0/8 is denied, so each form is refused because of the IPv4
+    address inside it, not because its own prefix is on a list; two forms
+    embedding an allowed address show that the rest of IPv6 still works.
+    """
+    seen = await run_in_netns("netns_egress", "embedded_forms", denied=["10.0.0.0/8"])
+    refused = {"status": 403, "connected": False}
+    wrong = {
+        label: seen[label]
+        for label in EMBEDDED_FORMS
+        if {k: seen[label][k] for k in refused} != refused or "denied network" not in seen[label]["body"]
+    }
+    wrong.update(
+        (label, seen[label])
+        for label in ALLOWED_FORMS
+        if (seen[label]["status"], seen[label]["body"]) != (200, "allowed")
+    )
+    assert wrong == {}, wrong

@@ -43,6 +43,29 @@ spec:
 TEST_DENIED_CIDRS = ("127.0.0.66/32",)
 FORBIDDEN_IP = "127.0.0.66"
 
+XB = "gateway.networking.x-k8s.io"
+
+
+def routes(port: int, *xbackends: tuple[str, str], gateway_port: int) -> str:
+    """A Gateway, one HTTPRoute with a rule ``/NAME`` per XBackend, and the XBackends (plaintext)."""
+    text = GATEWAY_HEAD.format(port=gateway_port) + (
+        "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n"
+        "metadata: {name: egress, namespace: default}\nspec:\n  parentRefs: [{name: gw}]\n  rules:\n"
+    )
+    for name, _ in xbackends:
+        text += (
+            f"  - matches: [{{path: {{value: /{name}}}}}]\n"
+            f"    backendRefs: [{{group: {XB}, kind: XBackend, name: {name}}}]\n"
+        )
+    for name, hostname in xbackends:
+        text += (
+            f"---\napiVersion: {XB}/v1alpha1\nkind: XBackend\n"
+            f"metadata: {{name: {name}, namespace: default}}\n"
+            f"spec:\n  type: ExternalHostname\n  externalHostname: {{hostname: {hostname}}}\n"
+            f"  port: {{port: {port}}}\n"
+        )
+    return text
+
 
 def indent_pem(pem: str, spaces: int) -> str:
     return textwrap.indent(pem, " " * spaces)
