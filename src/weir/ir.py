@@ -530,9 +530,9 @@ class EgressGuard:
     answers the client 403 with a body that names the address, and the
     refusal is counted and logged. For a ``TCP`` upstream the check is the
     same, per connection, and a refused connection is closed before any
-    byte is relayed (there is no HTTP to answer with). An IPv4-mapped IPv6
-    address (``::ffff:10.0.0.1``) is checked as the IPv4 address it reaches.
-    When a name resolves to several addresses, only the requests (or
+    byte is relayed (there is no HTTP to answer with). An IPv6 address
+    that embeds an IPv4 address (IPv4-mapped, NAT64, 6to4...) is checked as
+    the IPv4 address it reaches (:mod:`weir.addresses`). When a name resolves to several addresses, only the requests (or
     connections) that would go to a denied one are refused. Empty: nothing
     is denied.
     """

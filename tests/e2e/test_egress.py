@@ -450,8 +450,10 @@ async def test_every_ipv6_form_embedding_a_denied_ipv4_is_refused() -> None:
     """Behind a NAT64 gateway or a 6to4/Teredo relay these reach the IPv4 address they embed.
 
     Only 10.0.0.0/8 is denied, so each form is refused because of the IPv4
-    address inside it, not because its own prefix is on a list; two forms
-    embedding an allowed address show that the rest of IPv6 still works.
+    address inside it, not because its own prefix is on a list (Teredo and
+    the local-use NAT64 prefix, whose IPv4 address cannot be read reliably,
+    are denied whole because an IPv4 network is); two forms embedding an
+    allowed address show that the rest of IPv6 still works.
     """
     seen = await run_in_netns("netns_egress", "embedded_forms", denied=["10.0.0.0/8"])
     refused = {"status": 403, "connected": False}

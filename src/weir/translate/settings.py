@@ -6,32 +6,13 @@ import ipaddress
 from dataclasses import dataclass
 
 from weir import DEFAULT_CONTROLLER_NAME
+from weir.addresses import DEFAULT_DENIED_CIDRS
 from weir.ir import DEFAULT_REQUEST_TIMEOUT_MS
+
+__all__ = ["DEFAULT_DENIED_CIDRS", "DEFAULT_SYSTEM_TRUST_FILE", "Settings"]
 
 #: Debian's (and most distributions') bundle of system-trusted CAs.
 DEFAULT_SYSTEM_TRUST_FILE = "/etc/ssl/certs/ca-certificates.crt"
-
-#: Networks the addresses of an external hostname must not be in, unless the
-#: GatewayClass's parameters or ``--egress-denied-cidrs`` say otherwise:
-#: "this network" (``0.0.0.0`` reaches this host), RFC 1918, shared address
-#: space (RFC 6598; Alibaba Cloud's metadata service is 100.100.100.200),
-#: loopback, link-local (the cloud metadata services at 169.254.169.254),
-#: and for IPv6 unspecified, loopback, unique-local (AWS's metadata service
-#: is fd00:ec2::254) and link-local. IPv4-mapped IPv6 forms of the IPv4
-#: networks are denied with them (see :class:`weir.ir.EgressGuard`).
-DEFAULT_DENIED_CIDRS: tuple[str, ...] = (
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "::/128",
-    "::1/128",
-    "fc00::/7",
-    "fe80::/10",
-)
 
 
 @dataclass(frozen=True)
@@ -51,7 +32,7 @@ class Settings:
     given, replaces what GatewayClass parameters say, for every class:
     ``egress_denied_cidrs``: networks the resolved addresses of external
     hostnames must not be in; ``None`` (the default): each class's
-    parameters, else :data:`DEFAULT_DENIED_CIDRS`; ``()``: nothing is
+    parameters, else :data:`weir.addresses.DEFAULT_DENIED_CIDRS`; ``()``: nothing is
     denied. ``egress_allowed_hostnames``: hostname patterns (``api.example.com``,
     ``*.example.com``) every XBackend must match; ``None``: each class's
     parameters, else any hostname; ``()``: any hostname. Non-empty

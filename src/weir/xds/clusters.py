@@ -19,7 +19,6 @@ once and cached.
 from __future__ import annotations
 
 import functools
-import ipaddress
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -47,6 +46,7 @@ from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from weir import ir
+from weir.addresses import enforced_ranges
 from weir.xds.common import (
     EGRESS_POLICY_PREFIX,
     HTTP_PROTOCOL_OPTIONS,
@@ -233,22 +233,19 @@ def _egress_guard(guard: ir.EgressGuard) -> Any:
 
     One DENY policy per network, named after it (the name shows in the
     response code details). The ``upstream_ip_port`` matcher compares
-    addresses as written, and ``::ffff:10.0.0.1`` is not inside ``10.0.0.0/8``
-    although connecting to it reaches ``10.0.0.1``; each IPv4 network is
-    therefore also denied in its IPv4-mapped IPv6 form (``::ffff:10.0.0.0/104``).
+    addresses as written, and ``64:ff9b::10.0.0.1`` is not inside
+    ``10.0.0.0/8`` although a NAT64 gateway delivers it there: each policy
+    holds every written form of its network (:func:`weir.addresses.enforced_ranges`).
     The same matcher in the listener's RBAC filter would fail open (no
     upstream address is known there yet); on the cluster it works.
     """
-    policies = {}
-    for cidr in guard.denied_networks:
-        net = ipaddress.ip_network(cidr)
-        ranges = [(str(net.network_address), net.prefixlen)]
-        if isinstance(net, ipaddress.IPv4Network):
-            ranges.append((f"::ffff:{net.network_address}", 96 + net.prefixlen))
-        policies[EGRESS_POLICY_PREFIX + str(net)] = rbac_pb2.Policy(
-            permissions=[_upstream_ip(address, length) for address, length in ranges],
+    policies = {
+        EGRESS_POLICY_PREFIX + name: rbac_pb2.Policy(
+            permissions=[_upstream_ip(str(net.network_address), net.prefixlen) for net in ranges],
             principals=[rbac_pb2.Principal(any=True)],
         )
+        for name, ranges in enforced_ranges(guard.denied_networks).items()
+    }
     rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies=policies)
     return rbac_filter_pb2.RBAC(rules=rules)
 
