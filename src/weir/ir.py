@@ -532,9 +532,9 @@ class EgressGuard:
     same, per connection, and a refused connection is closed before any
     byte is relayed (there is no HTTP to answer with). An IPv6 address
     that embeds an IPv4 address (IPv4-mapped, NAT64, 6to4...) is checked as
-    the IPv4 address it reaches (:mod:`weir.addresses`). When a name resolves to several addresses, only the requests (or
-    connections) that would go to a denied one are refused. Empty: nothing
-    is denied.
+    the IPv4 address it reaches (:mod:`weir.addresses`). When a name
+    resolves to several addresses, only the requests (or connections) that
+    would go to a denied one are refused. Empty: nothing is denied.
     """
 
     denied_networks: tuple[str, ...] = ()

@@ -35,7 +35,8 @@ def test_default_list_is_canonical_and_documented() -> None:
         "192.0.0.170", "240.1.2.3", "::", "::1", "fd00:ec2::254", "fe80::1", "fec0::1", "ff02::1",
         "2001:db8::1", "3fff::1", "100::1", "5f00::1",
         # embedded forms of the metadata address
-        "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "::a9fe:a9fe", "::ffff:0:a9fe:a9fe",
+        "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "::a9fe:a9fe",
+        "::ffff:0:a9fe:a9fe",
     ],
 )  # fmt: skip
 def test_default_list_denies(address: str) -> None:
