@@ -61,11 +61,13 @@ from weir.xds.secrets import sds
 #: Request headers an external upstream's cluster removes, last thing before
 #: the request is encoded, whoever set them (client, connection manager or
 #: router): every name with one of these prefixes, and ``forwarded``
-#: (RFC 7239, the standard spelling of ``x-forwarded-*``) and ``x-request-id``.
+#: (RFC 7239, the standard spelling of ``x-forwarded-*``) and ``x-request-id``;
+#: request trailers likewise.
 EXTERNAL_HEADER_PREFIXES_TO_REMOVE = ("x-envoy-", "x-forwarded-")
-
-
 EXTERNAL_HEADERS_TO_REMOVE = ("forwarded", "x-request-id")
+
+#: Response trailers from an external upstream lose names with these prefixes.
+EXTERNAL_RESPONSE_TRAILER_PREFIXES_TO_REMOVE = ("x-envoy-",)
 
 
 _TLS_VERSIONS = {"1.2": common_pb2.TlsParameters.TLSv1_2, "1.3": common_pb2.TlsParameters.TLSv1_3}
@@ -274,8 +276,14 @@ def _strip_internal_headers() -> Any:
     cannot. Routes carry no removal list of their own: at 10,000 routes one
     per route made Envoy's route configurations bigger to build and apply
     for nothing this filter does not already do.
+
+    HTTP/2 (and gRPC) requests may end with trailers, which can carry the
+    same names: they lose them too. The external host's response trailers
+    lose ``x-envoy-*`` (:data:`EXTERNAL_RESPONSE_TRAILER_PREFIXES_TO_REMOVE`):
+    a name a proxy behind weir (an Envoy sidecar) would take as an
+    instruction from inside.
     """
-    mutations = [
+    request = [
         mutation_rules_pb2.HeaderMutation(
             remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
                 key_matcher=string_pb2.StringMatcher(prefix=prefix, ignore_case=True)
@@ -283,9 +291,21 @@ def _strip_internal_headers() -> Any:
         )
         for prefix in EXTERNAL_HEADER_PREFIXES_TO_REMOVE
     ]
-    mutations.extend(mutation_rules_pb2.HeaderMutation(remove=name) for name in EXTERNAL_HEADERS_TO_REMOVE)
+    request.extend(mutation_rules_pb2.HeaderMutation(remove=name) for name in EXTERNAL_HEADERS_TO_REMOVE)
+    response_trailers = [
+        mutation_rules_pb2.HeaderMutation(
+            remove_on_match=mutation_rules_pb2.HeaderMutation.RemoveOnMatch(
+                key_matcher=string_pb2.StringMatcher(prefix=prefix, ignore_case=True)
+            )
+        )
+        for prefix in EXTERNAL_RESPONSE_TRAILER_PREFIXES_TO_REMOVE
+    ]
     return header_mutation_pb2.HeaderMutation(
-        mutations=header_mutation_pb2.Mutations(request_mutations=mutations)
+        mutations=header_mutation_pb2.Mutations(
+            request_mutations=request,
+            request_trailers_mutations=request,
+            response_trailers_mutations=response_trailers,
+        )
     )
 
 
