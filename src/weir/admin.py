@@ -10,7 +10,12 @@ into the controller's state:
 * ``/metrics`` — Prometheus metrics (text format 0.0.4, see :mod:`weir.telemetry`).
 
 It binds to loopback unless told otherwise; it exposes status, which can
-reveal names of internal objects.
+reveal names of internal objects. Whatever it binds to, it answers only
+requests whose ``Host`` is an IP literal or ``localhost`` (any port), and
+others get 421: a web page the browser loaded from ``evil.example`` can make
+that name resolve to 127.0.0.1 (DNS rebinding) and read the answers as
+same-origin, but its requests still say ``Host: evil.example``. Probes and
+scrapers address weir by IP or as ``localhost``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -82,7 +88,14 @@ class AdminServer:
                     continue
                 if isinstance(event, h11.Request):
                     target = event.target.decode().split("?", 1)[0]
-                    code, body = await self._respond(event.method.decode(), target)
+                    host = next((v.decode("latin-1") for k, v in event.headers if k == b"host"), None)
+                    if host is not None and not host_allowed(host):
+                        code, body = (
+                            421,
+                            {"error": f"Host {host!r} is not this machine: use an IP address or localhost"},
+                        )
+                    else:
+                        code, body = await self._respond(event.method.decode(), target)
                     if isinstance(body, Text):
                         payload, content_type = body.body.encode(), body.content_type
                     else:
@@ -122,6 +135,30 @@ class AdminServer:
         except Exception as exc:  # a bug in a handler must not kill the admin endpoint
             log.exception("admin handler %s failed", target)
             return 500, {"error": str(exc)}
+
+
+def host_allowed(host: str) -> bool:
+    """Whether a ``Host`` header names this machine by address or as ``localhost``, with any port.
+
+    A request without ``Host`` (HTTP/1.0) is not a browser's, and is answered.
+    """
+    name = host.strip().lower()
+    if name.startswith("["):  # [v6]:port
+        literal, _, rest = name[1:].partition("]")
+        return (not rest or (rest.startswith(":") and rest[1:].isdigit())) and _is_ip(literal)
+    if name.count(":") == 1:
+        name, _, port = name.partition(":")
+        if not port.isdigit():
+            return False
+    return name in ("localhost", "localhost.") or _is_ip(name)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _json(body: Any) -> bytes:
