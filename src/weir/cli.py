@@ -241,7 +241,7 @@ def run(
         int | None,
         typer.Option(
             min=1,
-            help="Envoy worker threads (--concurrency). Default: the number of CPUs, at most 2.",
+            help="Envoy worker threads (--concurrency). Default: the CPUs weir may use (affinity, quota).",
         ),
     ] = None,
     envoy_ready_timeout: Annotated[

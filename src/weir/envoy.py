@@ -39,6 +39,7 @@ from typing import Any
 import h11
 
 from weir.bootstrap import bootstrap, write_bootstrap
+from weir.cpus import usable_cpus
 
 __all__ = [
     "EnvoyError",
@@ -290,7 +291,7 @@ class EnvoyProcess:
         self._binary = binary
         self.log_level = log_level
         self.component_log_level = component_log_level
-        self.concurrency = concurrency if concurrency is not None else min(2, os.cpu_count() or 1)
+        self.concurrency = concurrency if concurrency is not None else usable_cpus()
         self.drain_time_s = drain_time_s
         self.parent_shutdown_time_s = parent_shutdown_time_s
         self.ready_timeout = ready_timeout
