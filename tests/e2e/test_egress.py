@@ -9,7 +9,6 @@ reached it (the kernel queues a completed handshake even when nobody accepts).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
@@ -401,11 +400,13 @@ async def test_request_mirror_to_a_denied_address_sends_nothing(
 
     The copy carries the client's ``Authorization``; a route author who could
     mirror to the metadata service or a private network would have a blind
-    request forgery primitive.
+    request forgery primitive. A second mirror, to an allowed address, still
+    gets its copies, cleaned like any request to an external hostname.
     """
     async with RecordingUpstream("api", host=ALLOWED_IP, port=port) as upstream:
         dns.set(API_HOST, [ALLOWED_IP])
         dns.set("meta.example.test", [FORBIDDEN_IP])
+        dns.set("copy.example.test", [ALLOWED_IP])
         text = (
             GATEWAY_HEAD.format(port=weir.gateway_port)
             + f"""\
@@ -420,9 +421,15 @@ spec:
     filters:
     - type: RequestMirror
       requestMirror: {{backendRef: {{group: {XB}, kind: XBackend, name: meta}}}}
+    - type: RequestMirror
+      requestMirror: {{backendRef: {{group: {XB}, kind: XBackend, name: copy}}}}
 """
         )
-        for name, hostname in (("api", API_HOST), ("meta", "meta.example.test")):
+        for name, hostname in (
+            ("api", API_HOST),
+            ("meta", "meta.example.test"),
+            ("copy", "copy.example.test"),
+        ):
             text += (
                 f"---\napiVersion: {XB}/v1alpha1\nkind: XBackend\n"
                 f"metadata: {{name: {name}, namespace: default}}\n"
@@ -433,11 +440,23 @@ spec:
         await weir.start()
         async with httpx.AsyncClient() as client:
             for _ in range(5):
-                response = await client.get(weir.url("/x"), headers={"authorization": "Bearer secret"})
+                response = await client.get(
+                    weir.url("/x"), headers={"authorization": "Bearer secret", **CLIENT_HEADERS}
+                )
                 assert response.status_code == 200, response.text
-        assert len(upstream.requests) == 5
-        # The shadow copy is sent after the response; give it time to arrive, were it sent.
-        await asyncio.sleep(1.0)
+
+        # The shadow copies are sent alongside the request; wait for the allowed ones to arrive.
+        await eventually(lambda: len([r for r in upstream.requests if r.host == "copy.example.test"]) == 5)
+        assert sorted(r.host or "" for r in upstream.requests) == [API_HOST] * 5 + ["copy.example.test"] * 5
+        for seen in upstream.requests:
+            assert leaked(seen.headers) == [] and seen.header("x-weir-mirror-cluster") is None, seen.headers
+            assert seen.header("authorization") == "Bearer secret"
+
+        # The guard counted every refused copy, and nothing reached the denied address.
+        async def refused() -> bool:
+            return await denied_count(weir, "xbackend/default/meta") == 5
+
+        await eventually(refused)
         assert_never_connected(forbidden)
 
 

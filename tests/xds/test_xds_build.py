@@ -76,17 +76,18 @@ def test_empty_ir_has_every_type() -> None:
 
 
 def test_names_are_ir_names(merged_ir: ir.IR) -> None:
-    """Resources are named after their IR objects, plus the TCP egress path (which tcp.ir.yaml uses).
+    """Resources are named after their IR objects, plus the TCP egress path (which tcp.ir.yaml uses)
+    and the mirror egress path (guarded upstreams exist).
 
     Route configurations are those of HTTP listeners and of HTTPS servers of TLS listeners.
     """
     resources = xds_build.build(merged_ir)
-    egress = xds_build.TCP_EGRESS
+    egress = [xds_build.TCP_EGRESS, xds_build.MIRROR_EGRESS]
     http = [x.name for x in merged_ir.listeners if isinstance(x, ir.Listener)]
     http += [s.name for x in merged_ir.listeners if isinstance(x, ir.TlsListener) for s in x.https]
-    assert list(resources[LISTENER]) == sorted([x.name for x in merged_ir.listeners] + [egress])
-    assert list(resources[ROUTE]) == sorted([*http, egress])
-    assert list(resources[CLUSTER]) == sorted([x.name for x in merged_ir.upstreams] + [egress])
+    assert list(resources[LISTENER]) == sorted([x.name for x in merged_ir.listeners] + egress)
+    assert list(resources[ROUTE]) == sorted([*http, xds_build.TCP_EGRESS])
+    assert list(resources[CLUSTER]) == sorted([x.name for x in merged_ir.upstreams] + egress)
     assert list(resources[SECRET]) == sorted(x.name for x in merged_ir.secrets)
     for name, message in {**resources[LISTENER], **resources[ROUTE], **resources[CLUSTER]}.items():
         assert message.name == name
@@ -96,7 +97,8 @@ def test_tcp_egress_path_only_when_a_tcp_listener_is_guarded() -> None:
     plain = ir.Upstream("service/default/db/5432/tcp", ir.StaticEndpoints(()), ir.UpstreamProtocol.TCP)
     listener = ir.TcpListener("127.0.0.1:1", "127.0.0.1", 1, (ir.WeightedBackend(plain.name, 1),))
     resources = xds_build.build(ir.IR(listeners=(listener,), upstreams=(plain,)))
-    assert xds_build.TCP_EGRESS not in {name for by_name in resources.values() for name in by_name}
+    names = {name for by_name in resources.values() for name in by_name}
+    assert xds_build.TCP_EGRESS not in names and xds_build.MIRROR_EGRESS not in names
     assert not resources[ROUTE]
     # A TCP cluster carries no HTTP options unless it has a guard to run.
     assert not resources[CLUSTER][plain.name].typed_extension_protocol_options

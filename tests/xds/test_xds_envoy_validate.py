@@ -78,8 +78,9 @@ def static_bootstrap(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 assert name not in resources[ROUTE]
             else:
                 assert hcm["name"] == _HCM
-                assert hcm["typedConfig"].pop("rds")["routeConfigName"] == name
-                hcm["typedConfig"]["routeConfig"] = data(resources[ROUTE][name])
+                if "routeConfig" not in hcm["typedConfig"]:  # inline: the mirror egress listener
+                    assert hcm["typedConfig"].pop("rds")["routeConfigName"] == name
+                    hcm["typedConfig"]["routeConfig"] = data(resources[ROUTE][name])
         else:  # a TLS listener: one chain per HTTPS server (routes named after it) and relay
             for chain in chains:
                 (flt,) = chain["filters"]

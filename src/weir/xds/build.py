@@ -14,9 +14,11 @@ and ``weir translate`` output, with private key material redacted.
 Every resource is named after its IR object, verbatim, so a reader can follow
 a name from the IR to Envoy's ``/config_dump``. The route configuration of an
 HTTP listener carries the listener's name, that of an HTTPS server of a TLS
-listener the server's. One set of resources has no IR
-counterpart: :data:`TCP_EGRESS`, the internal path through which TCP
-listeners reach guarded upstreams (see :func:`weir.xds.listeners.tcp_listener`).
+listener the server's. Two sets of resources have no IR counterpart:
+:data:`TCP_EGRESS`, the internal path through which TCP listeners reach
+guarded upstreams (see :func:`weir.xds.listeners.tcp_listener`), and
+:data:`MIRROR_EGRESS`, the one through which request mirrors reach them
+(see :func:`weir.xds.listeners.mirror_egress_listener`).
 
 This module holds the entry points and the checks of the IR's contract, which
 run before anything is built. The resources themselves are built, one kind per
@@ -38,12 +40,14 @@ from weir import ir
 from weir.xds.clusters import (
     EXTERNAL_HEADER_PREFIXES_TO_REMOVE,
     EXTERNAL_HEADERS_TO_REMOVE,
+    mirror_egress_cluster,
     tcp_egress_cluster,
     upstream_cluster,
 )
 from weir.xds.common import (
     CORS_FILTER,
     EGRESS_POLICY_PREFIX,
+    MIRROR_EGRESS,
     TCP_EGRESS,
     UNRESOLVED_CLUSTER,
     guarded,
@@ -56,6 +60,7 @@ from weir.xds.listeners import (
     TCP_ACCESS_LOG_FORMAT,
     TLS_RELAY_ACCESS_LOG_FORMAT,
     http_listener,
+    mirror_egress_listener,
     tcp_egress_listener,
     tcp_listener,
     tls_listener,
@@ -80,6 +85,7 @@ __all__ = [
     "EXTERNAL_HEADERS_TO_REMOVE",
     "EXTERNAL_HEADER_PREFIXES_TO_REMOVE",
     "HTTPS_ALPN",
+    "MIRROR_EGRESS",
     "RETRY_ON",
     "TCP_ACCESS_LOG_FORMAT",
     "TCP_EGRESS",
@@ -130,6 +136,9 @@ class Parts:
     def secret(self, secret: ir.Secret) -> Any:
         return envoy_secret(secret)
 
+    def mirror_egress(self) -> dict[str, dict[str, Any]]:
+        return mirror_egress_part()
+
     def listener(
         self,
         listener: ir.AnyListener,
@@ -170,6 +179,10 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
     if tunneled:
         for type_url, by_name in parts.tcp_egress(tuple(tunneled), upstreams).items():
             out[type_url].update(by_name)
+    if any(guarded(upstream) for upstream in upstreams.values()):
+        for type_url, by_name in parts.mirror_egress().items():
+            out[type_url].update(by_name)
+    if tunneled or MIRROR_EGRESS in out[CLUSTER]:
         for type_url in (LISTENER, CLUSTER):
             out[type_url] = dict(sorted(out[type_url].items()))
     out[ROUTE] = dict(sorted(out[ROUTE].items()))  # HTTPS servers' routes are named after them
@@ -220,6 +233,18 @@ def tcp_egress_part(
         LISTENER: {TCP_EGRESS: tcp_egress_listener()},
         ROUTE: {TCP_EGRESS: tcp_egress_routes(list(tunneled), upstreams)},
         CLUSTER: {TCP_EGRESS: tcp_egress_cluster()},
+    }
+
+
+def mirror_egress_part() -> dict[str, dict[str, Any]]:
+    """The internal path of request mirrors to guarded upstreams (:data:`MIRROR_EGRESS`).
+
+    Present whenever an upstream is guarded (it does not depend on which
+    routes mirror: two resources, always the same).
+    """
+    return {
+        LISTENER: {MIRROR_EGRESS: mirror_egress_listener()},
+        CLUSTER: {MIRROR_EGRESS: mirror_egress_cluster()},
     }
 
 

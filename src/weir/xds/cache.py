@@ -23,6 +23,7 @@ are dropped, so the cache holds one configuration's worth of resources.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -259,6 +260,9 @@ class _CachedParts(_build.Parts):
 
         return self._cache._listeners.get(listener.name, listener, upstreams, secrets, make)
 
+    def mirror_egress(self) -> dict[str, dict[str, Any]]:
+        return _mirror_egress()
+
     def tcp_egress(
         self, tunneled: tuple[ir.TcpListener | ir.TlsRelay, ...], upstreams: Mapping[str, ir.Upstream]
     ) -> dict[str, dict[str, Any]]:
@@ -269,6 +273,11 @@ class _CachedParts(_build.Parts):
             _NO_SECRETS,
             lambda u, _s: _serialised(_build.tcp_egress_part(tunneled, u)),
         )
+
+
+@functools.lru_cache(maxsize=1)
+def _mirror_egress() -> dict[str, dict[str, Resource]]:
+    return _serialised(_build.mirror_egress_part())
 
 
 def _same_resources(a: Mapping[str, Resource], b: Mapping[str, Resource]) -> bool:

@@ -7,8 +7,9 @@ filters that run once a host is chosen and before any connection (the egress
 guard, removal of internal headers on the way to an external hostname, the
 injected credential of a ``BackendCredentialPolicy``), and
 TLS origination that always verifies the chain and a subject alt name.
-:func:`tcp_egress_cluster` is the cluster leading to the internal listener
-:data:`~weir.xds.common.TCP_EGRESS`.
+:func:`tcp_egress_cluster` and :func:`mirror_egress_cluster` lead to the
+internal listeners :data:`~weir.xds.common.TCP_EGRESS` and
+:data:`~weir.xds.common.MIRROR_EGRESS`.
 
 Upstreams reaching here passed the contract checks of
 :func:`weir.xds.build.build` (TLS has a trust source and names to verify).
@@ -50,6 +51,7 @@ from weir.addresses import enforced_ranges
 from weir.xds.common import (
     EGRESS_POLICY_PREFIX,
     HTTP_PROTOCOL_OPTIONS,
+    MIRROR_EGRESS,
     TCP_EGRESS,
     duration_ms,
     guarded,
@@ -435,11 +437,21 @@ def tcp_egress_cluster() -> Any:
     its circuit breakers are lifted: the real clusters' own limits apply, as
     for TCP listeners that are not tunneled.
     """
-    out = cluster_pb2.Cluster(name=TCP_EGRESS, connect_timeout=duration_ms(1000))
+    return internal_cluster(TCP_EGRESS)
+
+
+def mirror_egress_cluster() -> Any:
+    """The cluster leading to the internal listener :data:`MIRROR_EGRESS` (as :func:`tcp_egress_cluster`)."""
+    return internal_cluster(MIRROR_EGRESS)
+
+
+def internal_cluster(name: str) -> Any:
+    """A cluster to the internal listener ``name``, over HTTP/2, without circuit-breaker limits."""
+    out = cluster_pb2.Cluster(name=name, connect_timeout=duration_ms(1000))
     out.type = cluster_pb2.Cluster.STATIC
     endpoint = endpoint_components_pb2.LbEndpoint()
-    endpoint.endpoint.address.envoy_internal_address.server_listener_name = TCP_EGRESS
-    out.load_assignment.cluster_name = TCP_EGRESS
+    endpoint.endpoint.address.envoy_internal_address.server_listener_name = name
+    out.load_assignment.cluster_name = name
     out.load_assignment.endpoints.add(lb_endpoints=[endpoint])
     limit = wrappers_pb2.UInt32Value(value=1_000_000_000)
     out.circuit_breakers.thresholds.append(

@@ -35,6 +35,15 @@ UNRESOLVED_CLUSTER = "weir-unresolved-backend"
 #: listener names contain ``:``, upstream names ``/``).
 TCP_EGRESS = "weir-tcp-egress"
 
+#: The internal listener (and the cluster leading to it) through which request
+#: mirrors to a guarded upstream go (see :func:`weir.xds.listeners.mirror_egress_listener`),
+#: and the request header naming the mirror's real cluster there. Envoy's
+#: upstream RBAC filter skips requests that have no downstream connection, as
+#: mirror copies have none: sent straight to their cluster they passed the
+#: guard unchecked. Through this listener they are requests like any other.
+MIRROR_EGRESS = "weir-mirror-egress"
+MIRROR_CLUSTER_HEADER = "x-weir-mirror-cluster"
+
 
 #: The egress guard: the RBAC policy that denies a network is named
 #: ``EGRESS_POLICY_PREFIX + CIDR``, so Envoy's response code details (in the

@@ -28,6 +28,7 @@ from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import base_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2
@@ -45,6 +46,8 @@ from weir.xds import mcp
 from weir.xds.common import (
     CORS_FILTER,
     EGRESS_POLICY_PREFIX,
+    MIRROR_CLUSTER_HEADER,
+    MIRROR_EGRESS,
     TCP_EGRESS,
     ads,
     cluster_name,
@@ -328,6 +331,57 @@ def tcp_egress_listener() -> Any:
     hcm.http2_protocol_options.allow_connect = True
     out = listener_pb2.Listener(
         name=TCP_EGRESS,
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name="envoy.filters.network.http_connection_manager", typed_config=pack(hcm)
+                    )
+                ]
+            )
+        ],
+    )
+    out.internal_listener.SetInParent()
+    return out
+
+
+def mirror_egress_listener() -> Any:
+    """The internal listener request mirrors to guarded upstreams arrive at (:data:`MIRROR_EGRESS`).
+
+    A mirror policy aimed at a guarded upstream sends its copy here, over the
+    internal cluster, with :data:`MIRROR_CLUSTER_HEADER` naming the real
+    cluster (set by the policy itself, so a client cannot choose it; nothing
+    but those policies reaches an internal listener). The one route forwards
+    to that cluster, whose filters, the egress guard among them, now run with
+    a downstream connection like for any request, and removes the header.
+    The route configuration is inline: it never changes. No timeout here:
+    the mirror policy's route has one. Refusals are logged like requests.
+    """
+    route = route_components_pb2.Route(name=MIRROR_EGRESS)
+    route.match.prefix = "/"
+    route.route.cluster_header = MIRROR_CLUSTER_HEADER
+    route.route.timeout.CopyFrom(duration_ms(0))
+    route.request_headers_to_remove.append(MIRROR_CLUSTER_HEADER)
+    hcm = hcm_pb2.HttpConnectionManager(
+        stat_prefix=MIRROR_EGRESS,
+        codec_type=hcm_pb2.HttpConnectionManager.HTTP2,
+        route_config=route_pb2.RouteConfiguration(
+            name=MIRROR_EGRESS,
+            virtual_hosts=[
+                route_components_pb2.VirtualHost(name=MIRROR_EGRESS, domains=["*"], routes=[route])
+            ],
+        ),
+        http_filters=[
+            hcm_pb2.HttpFilter(
+                name="envoy.filters.http.router",
+                typed_config=pack(router_pb2.Router(suppress_envoy_headers=True)),
+            )
+        ],
+        access_log=[_access_log()],
+        generate_request_id=wrappers_pb2.BoolValue(value=False),
+    )
+    out = listener_pb2.Listener(
+        name=MIRROR_EGRESS,
         filter_chains=[
             listener_components_pb2.FilterChain(
                 filters=[

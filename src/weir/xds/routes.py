@@ -32,9 +32,12 @@ from weir import ir
 from weir.xds import mcp
 from weir.xds.common import (
     CORS_FILTER,
+    MIRROR_CLUSTER_HEADER,
+    MIRROR_EGRESS,
     TCP_EGRESS,
     cluster_name,
     duration_ms,
+    guarded,
     pack,
     tunnel_authority,
     upstream_of,
@@ -243,6 +246,12 @@ def _forward_extras(
         policy = action.request_mirror_policies.add(
             cluster=target.name, disable_shadow_host_suffix_append=True
         )
+        if guarded(target):  # its guard only sees requests with a downstream connection
+            policy.cluster = MIRROR_EGRESS
+            mutation = policy.request_headers_mutations.add()
+            mutation.append.header.key = MIRROR_CLUSTER_HEADER
+            mutation.append.header.value = target.name
+            mutation.append.append_action = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
         if target.host_header is not None:
             policy.host_rewrite_literal = target.host_header
         if mirror.numerator != mirror.denominator:
