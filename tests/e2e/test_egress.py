@@ -9,9 +9,11 @@ reached it (the kernel queues a completed handshake even when nobody accepts).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from netns import run_in_netns
 from netns_egress import ALLOWED_FORMS, EMBEDDED_FORMS
 from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, XB, Weir, eventually, pid_alive, routes
 
-from weir.testkit import DnsStub, RecordingUpstream, free_port
+from weir.testkit import DnsStub, RecordingUpstream, UpstreamResponse, free_port
 
 API_HOST = "api.example.test"
 ALLOWED_IP = "127.0.0.2"
@@ -487,3 +489,118 @@ async def test_every_ipv6_form_embedding_a_denied_ipv4_is_refused() -> None:
         if (seen[label]["status"], seen[label]["body"]) != (200, "allowed")
     )
     assert wrong == {}, wrong
+
+
+# --------------------------------------------------------------------------
+# Every path out: retries, GRPCRoute, TLSRoute passthrough
+# --------------------------------------------------------------------------
+
+
+async def test_retries_are_guarded_attempt_by_attempt(
+    weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
+) -> None:
+    """A retry picks an address again: one that falls on the denied address is refused like a first try."""
+    failing = UpstreamResponse(status=503, body="busy")
+    async with RecordingUpstream("api", host=ALLOWED_IP, port=port, handler=failing) as upstream:
+        dns.set(API_HOST, [ALLOWED_IP, FORBIDDEN_IP])
+        text = routes(port, ("api", API_HOST), gateway_port=weir.gateway_port).replace(
+            "    backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: api}]\n",
+            "    backendRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: api}]\n"
+            "    retry: {codes: [503], attempts: 3, backoff: 10ms}\n",
+        )
+        assert "retry:" in text
+        weir.write("egress.yaml", text)
+        await weir.start()
+        async with httpx.AsyncClient() as client:
+            codes = Counter([(await client.get(weir.url("/api/x"))).status_code for _ in range(20)])
+        assert set(codes) <= {403, 503}, codes
+        # More attempts than requests reached the allowed upstream: retries happened.
+        assert len(upstream.requests) > codes[503], (len(upstream.requests), codes)
+        assert await denied_count(weir) >= 1
+        assert_never_connected(forbidden)
+
+
+async def test_grpcroute_to_a_denied_address_is_refused(
+    weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
+) -> None:
+    dns.set(API_HOST, [FORBIDDEN_IP])
+    weir.write(
+        "egress.yaml",
+        GATEWAY_HEAD.format(port=weir.gateway_port)
+        + f"""\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: rpc, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - backendRefs: [{{group: {XB}, kind: XBackend, name: api}}]
+---
+apiVersion: {XB}/v1alpha1
+kind: XBackend
+metadata: {{name: api, namespace: default}}
+spec:
+  type: ExternalHostname
+  externalHostname: {{hostname: {API_HOST}}}
+  port: {{port: {port}}}
+  protocol: H2C
+""",
+    )
+    await weir.start()
+    async with httpx.AsyncClient(http1=False, http2=True) as client:
+        response = await client.post(
+            weir.url("/echo.Echo/Say"), content=b"\0\0\0\0\0", headers={"content-type": "application/grpc"}
+        )
+    # A refused gRPC call: the guard's 403 (Envoy maps it to a gRPC status for gRPC clients).
+    # Envoy answers a gRPC client's refusal as a gRPC status: 7, PERMISSION_DENIED, with the reason.
+    assert response.headers.get("grpc-status") == "7", response.headers
+    assert "which is in a denied network" in response.headers.get("grpc-message", "")
+    assert await denied_count(weir) == 1
+    assert_never_connected(forbidden)
+
+
+async def test_tls_passthrough_to_a_denied_address_is_closed(
+    weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
+) -> None:
+    dns.set(API_HOST, [FORBIDDEN_IP])
+    head = GATEWAY_HEAD.format(port=weir.gateway_port).replace(
+        "protocol: HTTP}]", "protocol: TLS, tls: {mode: Passthrough}}]"
+    )
+    weir.write(
+        "egress.yaml",
+        head
+        + f"""\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: pass, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [{API_HOST}]
+  rules:
+  - backendRefs: [{{group: {XB}, kind: XBackend, name: api}}]
+---
+apiVersion: {XB}/v1alpha1
+kind: XBackend
+metadata: {{name: api, namespace: default}}
+spec:
+  type: ExternalHostname
+  externalHostname: {{hostname: {API_HOST}}}
+  port: {{port: {port}}}
+  protocol: TCP
+""",
+    )
+    await weir.start()
+    context = ssl.create_default_context()
+    for _ in range(2):
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    "127.0.0.1", weir.gateway_port, ssl=context, server_hostname=API_HOST
+                ),
+                10,
+            )
+            writer.close()
+    assert await denied_count(weir) == 2
+    assert_never_connected(forbidden)
