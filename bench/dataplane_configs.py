@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from weir import DEFAULT_CONTROLLER_NAME
+from weir.addresses import enforced_ranges
 from weir.translate.settings import DEFAULT_DENIED_CIDRS
 
 #: The upstream's name, resolved by the benchmark's DNS stub to :data:`UPSTREAM_IP`.
@@ -147,29 +148,30 @@ verifyhost {API_HOST}{alpn}
 _TYPES = "type.googleapis.com/envoy.extensions."
 
 
-def _guard_filter() -> dict[str, Any]:
-    """weir's egress guard, written by hand: one DENY policy per network, IPv4-mapped forms included."""
-    policies = {}
-    for cidr in DENIED_CIDRS:
-        net = ipaddress.ip_network(cidr)
-        ranges = [(str(net.network_address), net.prefixlen)]
-        if net.version == 4:
-            ranges.append((f"::ffff:{net.network_address}", 96 + net.prefixlen))
-        policies[f"weir-denied-network:{net}"] = {
+def _guard_filter(denied: tuple[str, ...] = DENIED_CIDRS) -> dict[str, Any]:
+    """weir's egress guard, written by hand: one DENY policy per network, with every written form
+    of it (:func:`weir.addresses.enforced_ranges`: IPv4-mapped, NAT64, 6to4... of IPv4 networks)."""
+    policies = {
+        f"weir-denied-network:{name}": {
             "permissions": [
                 {
                     "matcher": {
                         "name": "envoy.rbac.matchers.upstream_ip_port",
                         "typed_config": {
                             "@type": _TYPES + "rbac.matchers.upstream_ip_port.v3.UpstreamIpPortMatcher",
-                            "upstream_ip": {"address_prefix": address, "prefix_len": length},
+                            "upstream_ip": {
+                                "address_prefix": str(net.network_address),
+                                "prefix_len": net.prefixlen,
+                            },
                         },
                     }
                 }
-                for address, length in ranges
+                for net in ranges
             ],
             "principals": [{"any": True}],
         }
+        for name, ranges in enforced_ranges(denied).items()
+    }
     return {
         "name": "guard",
         "typed_config": {
@@ -186,11 +188,16 @@ def _strip_filter() -> dict[str, Any]:
         for prefix in ("x-envoy-", "x-forwarded-")
     ]
     mutations += [{"remove": name} for name in ("forwarded", "x-request-id")]
+    trailers = [{"remove_on_match": {"key_matcher": {"prefix": "x-envoy-", "ignore_case": True}}}]
     return {
         "name": "strip",
         "typed_config": {
             "@type": _TYPES + "filters.http.header_mutation.v3.HeaderMutation",
-            "mutations": {"request_mutations": mutations},
+            "mutations": {
+                "request_mutations": mutations,
+                "request_trailers_mutations": mutations,
+                "response_trailers_mutations": trailers,
+            },
         },
     }
 
