@@ -2,7 +2,7 @@
 
 Envoy's DNS clusters resolve names themselves, so every address a name ever
 answers reaches Envoy's load balancer, and the egress guard must check each
-request's chosen address (an upstream RBAC filter: about 12 % of Envoy's CPU
+request's chosen address (an upstream RBAC filter: about 9 % of Envoy's CPU
 per request, measured with ``bench/dataplane.py levers no-guard``; and Envoy
 skips it for requests without a downstream connection). The design this
 module starts (see docs/architecture.md, "Where the guard lives") resolves
