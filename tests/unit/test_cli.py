@@ -64,9 +64,10 @@ def test_translate_prints_status_ir_and_envoy_resources(tmp_path: Path) -> None:
     assert xbackend["status"]["parents"][0]["conditions"][0]["status"] == "True"
     assert [u["name"] for u in data["ir"]["upstreams"]] == ["xbackend/default/api"]
     clusters = data["envoy"]["type.googleapis.com/envoy.config.cluster.v3.Cluster"]
-    assert list(clusters) == ["xbackend/default/api"]
+    # The internal path of request mirrors comes with any guarded upstream.
+    assert list(clusters) == ["weir-mirror-egress", "xbackend/default/api"]
     listeners = data["envoy"]["type.googleapis.com/envoy.config.listener.v3.Listener"]
-    assert list(listeners) == ["127.0.0.1:8080"]
+    assert list(listeners) == ["127.0.0.1:8080", "weir-mirror-egress"]
 
 
 def test_version_names_weir_and_envoy() -> None:
