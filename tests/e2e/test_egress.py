@@ -22,7 +22,17 @@ import httpx
 import pytest
 from netns import run_in_netns
 from netns_egress import ALLOWED_FORMS, EMBEDDED_FORMS
-from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, XB, Weir, eventually, pid_alive, routes
+from weir_harness import (
+    FORBIDDEN_IP,
+    GATEWAY_HEAD,
+    XB,
+    Weir,
+    eventually,
+    pid_alive,
+    route_to,
+    routes,
+    xbackend,
+)
 
 from weir.testkit import DnsStub, RecordingUpstream, UpstreamResponse, free_port
 
@@ -409,35 +419,18 @@ async def test_request_mirror_to_a_denied_address_sends_nothing(
         dns.set(API_HOST, [ALLOWED_IP])
         dns.set("meta.example.test", [FORBIDDEN_IP])
         dns.set("copy.example.test", [ALLOWED_IP])
+        mirrors = "".join(
+            "    - type: RequestMirror\n"
+            f"      requestMirror: {{backendRef: {{group: {XB}, kind: XBackend, name: {name}}}}}\n"
+            for name in ("meta", "copy")
+        )
         text = (
             GATEWAY_HEAD.format(port=weir.gateway_port)
-            + f"""\
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: mirrored, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-  - backendRefs: [{{group: {XB}, kind: XBackend, name: api}}]
-    filters:
-    - type: RequestMirror
-      requestMirror: {{backendRef: {{group: {XB}, kind: XBackend, name: meta}}}}
-    - type: RequestMirror
-      requestMirror: {{backendRef: {{group: {XB}, kind: XBackend, name: copy}}}}
-"""
+            + route_to("HTTPRoute", "api", rule="    filters:\n" + mirrors)
+            + xbackend("api", API_HOST, port)
+            + xbackend("meta", "meta.example.test", port)
+            + xbackend("copy", "copy.example.test", port)
         )
-        for name, hostname in (
-            ("api", API_HOST),
-            ("meta", "meta.example.test"),
-            ("copy", "copy.example.test"),
-        ):
-            text += (
-                f"---\napiVersion: {XB}/v1alpha1\nkind: XBackend\n"
-                f"metadata: {{name: {name}, namespace: default}}\n"
-                f"spec:\n  type: ExternalHostname\n  externalHostname: {{hostname: {hostname}}}\n"
-                f"  port: {{port: {port}}}\n"
-            )
         weir.write("egress.yaml", text)
         await weir.start()
         async with httpx.AsyncClient() as client:
@@ -527,25 +520,8 @@ async def test_grpcroute_to_a_denied_address_is_refused(
     weir.write(
         "egress.yaml",
         GATEWAY_HEAD.format(port=weir.gateway_port)
-        + f"""\
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: GRPCRoute
-metadata: {{name: rpc, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-  - backendRefs: [{{group: {XB}, kind: XBackend, name: api}}]
----
-apiVersion: {XB}/v1alpha1
-kind: XBackend
-metadata: {{name: api, namespace: default}}
-spec:
-  type: ExternalHostname
-  externalHostname: {{hostname: {API_HOST}}}
-  port: {{port: {port}}}
-  protocol: H2C
-""",
+        + route_to("GRPCRoute", "api")
+        + xbackend("api", API_HOST, port, protocol="H2C"),
     )
     await weir.start()
     async with httpx.AsyncClient(http1=False, http2=True) as client:
@@ -570,26 +546,8 @@ async def test_tls_passthrough_to_a_denied_address_is_closed(
     weir.write(
         "egress.yaml",
         head
-        + f"""\
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {{name: pass, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  hostnames: [{API_HOST}]
-  rules:
-  - backendRefs: [{{group: {XB}, kind: XBackend, name: api}}]
----
-apiVersion: {XB}/v1alpha1
-kind: XBackend
-metadata: {{name: api, namespace: default}}
-spec:
-  type: ExternalHostname
-  externalHostname: {{hostname: {API_HOST}}}
-  port: {{port: {port}}}
-  protocol: TCP
-""",
+        + route_to("TLSRoute", "api", spec=f"  hostnames: [{API_HOST}]\n")
+        + xbackend("api", API_HOST, port, protocol="TCP"),
     )
     await weir.start()
     context = ssl.create_default_context()

@@ -20,7 +20,7 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-from weir_harness import GATEWAY_HEAD, XB, Weir
+from weir_harness import GATEWAY_HEAD, Weir, route_to, xbackend
 
 from weir.testkit import DnsStub, free_port
 
@@ -142,26 +142,8 @@ async def test_internal_names_in_trailers_never_cross_the_gateway(tmp_path: Path
     weir.write(
         "egress.yaml",
         GATEWAY_HEAD.format(port=weir.gateway_port)
-        + f"""\
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: api, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-  - backendRefs: [{{group: {XB}, kind: XBackend, name: api}}]
----
-apiVersion: {XB}/v1alpha1
-kind: XBackend
-metadata: {{name: api, namespace: default}}
-spec:
-  type: ExternalHostname
-  externalHostname: {{hostname: {API_HOST}}}
-  port: {{port: {port}}}
-  protocol: H2C
-  tls: {{mode: None}}
-""",
+        + route_to("HTTPRoute", "api")
+        + xbackend("api", API_HOST, port, protocol="H2C"),
     )
     try:
         await weir.start()

@@ -46,6 +46,30 @@ FORBIDDEN_IP = "127.0.0.66"
 XB = "gateway.networking.x-k8s.io"
 
 
+def xbackend(name: str, hostname: str, port: int, protocol: str | None = None) -> str:
+    """An XBackend document in namespace default (plaintext), ``---`` first."""
+    text = (
+        f"---\napiVersion: {XB}/v1alpha1\nkind: XBackend\n"
+        f"metadata: {{name: {name}, namespace: default}}\n"
+        f"spec:\n  type: ExternalHostname\n  externalHostname: {{hostname: {hostname}}}\n"
+        f"  port: {{port: {port}}}\n"
+    )
+    return text + (f"  protocol: {protocol}\n" if protocol else "")
+
+
+def route_to(kind: str, backend: str, *, rule: str = "", spec: str = "") -> str:
+    """A ``kind`` route (``gateway.networking.k8s.io/v1``) on Gateway gw, one rule to XBackend ``backend``.
+
+    ``rule`` and ``spec`` are more YAML lines for the rule (indented 4) and the spec (indented 2).
+    """
+    return (
+        f"---\napiVersion: gateway.networking.k8s.io/v1\nkind: {kind}\n"
+        f"metadata: {{name: {kind.lower()}, namespace: default}}\n"
+        f"spec:\n  parentRefs: [{{name: gw}}]\n{spec}  rules:\n"
+        f"  - backendRefs: [{{group: {XB}, kind: XBackend, name: {backend}}}]\n{rule}"
+    )
+
+
 def routes(port: int, *xbackends: tuple[str, str], gateway_port: int) -> str:
     """A Gateway, one HTTPRoute with a rule ``/NAME`` per XBackend, and the XBackends (plaintext)."""
     text = GATEWAY_HEAD.format(port=gateway_port) + (
@@ -57,14 +81,7 @@ def routes(port: int, *xbackends: tuple[str, str], gateway_port: int) -> str:
             f"  - matches: [{{path: {{value: /{name}}}}}]\n"
             f"    backendRefs: [{{group: {XB}, kind: XBackend, name: {name}}}]\n"
         )
-    for name, hostname in xbackends:
-        text += (
-            f"---\napiVersion: {XB}/v1alpha1\nkind: XBackend\n"
-            f"metadata: {{name: {name}, namespace: default}}\n"
-            f"spec:\n  type: ExternalHostname\n  externalHostname: {{hostname: {hostname}}}\n"
-            f"  port: {{port: {port}}}\n"
-        )
-    return text
+    return text + "".join(xbackend(name, hostname, port) for name, hostname in xbackends)
 
 
 def indent_pem(pem: str, spaces: int) -> str:

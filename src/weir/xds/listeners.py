@@ -329,8 +329,13 @@ def tcp_egress_listener() -> Any:
         generate_request_id=wrappers_pb2.BoolValue(value=False),
     )
     hcm.http2_protocol_options.allow_connect = True
+    return _internal_listener(TCP_EGRESS, hcm)
+
+
+def _internal_listener(name: str, hcm: Any) -> Any:
+    """An internal listener (reached only through internal clusters) running ``hcm``."""
     out = listener_pb2.Listener(
-        name=TCP_EGRESS,
+        name=name,
         filter_chains=[
             listener_components_pb2.FilterChain(
                 filters=[
@@ -380,20 +385,7 @@ def mirror_egress_listener() -> Any:
         access_log=[_access_log()],
         generate_request_id=wrappers_pb2.BoolValue(value=False),
     )
-    out = listener_pb2.Listener(
-        name=MIRROR_EGRESS,
-        filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[
-                    listener_components_pb2.Filter(
-                        name="envoy.filters.network.http_connection_manager", typed_config=pack(hcm)
-                    )
-                ]
-            )
-        ],
-    )
-    out.internal_listener.SetInParent()
-    return out
+    return _internal_listener(MIRROR_EGRESS, hcm)
 
 
 # --------------------------------------------------------------------------
