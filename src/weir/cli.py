@@ -483,11 +483,20 @@ def crds(
             "(v1.6 and later install XBackend themselves: never apply both).",
         ),
     ] = False,
+    test_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--test-cluster",
+            help="Print a CRD for every kind weir reads, the Gateway API kinds included, from weir's "
+            "own models, for an API server in tests. They keep only the fields weir reads: never "
+            "apply them to a real cluster (install the Gateway API release there).",
+        ),
+    ] = False,
 ) -> None:
     """Print the CustomResourceDefinitions of weir's own kinds (weir.dev) as YAML."""
-    from weir.api.crds import for_cluster, render
+    from weir.api.crds import for_cluster, for_test_cluster, render
 
-    sys.stdout.write(render(for_cluster(xbackend=xbackend)))
+    sys.stdout.write(render(for_test_cluster() if test_cluster else for_cluster(xbackend=xbackend)))
 
 
 @app.command()
