@@ -9,6 +9,7 @@ Without ``$KUBEBUILDER_ASSETS`` every test here is skipped with the hint.
 from __future__ import annotations
 
 import itertools
+import secrets
 import shutil
 import subprocess
 import sys
@@ -108,7 +109,7 @@ class Objects:
 
     def __init__(self, api: Api) -> None:
         self.api = api
-        self.namespace = f"t{next(_names)}-{tempfile.mktemp(dir='').strip('tmp')[:6].lower()}"
+        self.namespace = f"t{next(_names)}-{secrets.token_hex(3)}"
         self._made: list[tuple[str, str, str | None, str]] = []
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}})
 

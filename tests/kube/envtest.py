@@ -200,9 +200,8 @@ class Api:
         for name in crd_names:
             while True:
                 crd = self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, name)
-                conditions = {
-                    c["type"]: c["status"] for c in ((crd or {}).get("status") or {}).get("conditions", [])
-                }
+                found = ((crd or {}).get("status") or {}).get("conditions") or []
+                conditions = {c["type"]: c["status"] for c in found}
                 if conditions.get("Established") == "True" and self._served(crd or {}):
                     break
                 if time.monotonic() > deadline:
@@ -364,19 +363,23 @@ class Cluster:
         """Where the audit log ends now (for :meth:`refused_since`)."""
         return self.audit_log.stat().st_size if self.audit_log.exists() else 0
 
-    def refused_since(self, mark: int) -> list[str]:
-        """Requests of weir's user that RBAC refused (403) since ``mark``: ``VERB URI`` each."""
+    def requests_since(self, mark: int) -> list[tuple[int, str, str]]:
+        """Requests weir's user made since ``mark``: ``(code, verb, URI)`` each."""
         if not self.audit_log.exists():
             return []
         with self.audit_log.open("rb") as f:
             f.seek(mark)
             lines = f.read().decode().splitlines()
-        refused = []
+        out = []
         for line in lines:
             event = json.loads(line)
-            if (event.get("responseStatus") or {}).get("code") == 403:
-                refused.append(f"{event['verb']} {event['requestURI']}")
-        return refused
+            code = int((event.get("responseStatus") or {}).get("code") or 0)
+            out.append((code, str(event["verb"]), str(event["requestURI"])))
+        return out
+
+    def refused_since(self, mark: int) -> list[str]:
+        """Requests of weir's user that RBAC refused (403) since ``mark``: ``VERB URI`` each."""
+        return [f"{verb} {uri}" for code, verb, uri in self.requests_since(mark) if code == 403]
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
