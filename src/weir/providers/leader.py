@@ -210,7 +210,9 @@ class LeaderElector:
     def _lose(self, why: str) -> None:
         if self._leading:
             self._leading = False
-            log.warning("leader election: no longer the leader (%s); status writes stop", why)
+            # Losing the Lease is a warning; handing it back on a clean stop is what should happen.
+            level = logging.INFO if why == "stopping" else logging.WARNING
+            log.log(level, "leader election: no longer the leader (%s); status writes stop", why)
             self._on_change(False)
 
     def _observe(self, spec: dict[str, Any]) -> None:
