@@ -130,9 +130,10 @@ class StatusWriter:
         backoff: Backoff,
         outage: Outage | None = None,
         metrics: KubeMetrics | None = None,
-        on_written: Callable[[ObjectKey, dict[str, Any] | None, dict[str, Any]], None] | None = None,
+        on_written: Callable[[WatchedKind, dict[str, Any] | None, dict[str, Any]], None] | None = None,
     ) -> None:
-        """``on_written(key, before, after)`` is called after each status written (Events)."""
+        """``on_written(kind, status_before, object_after)`` is called after each status written
+        (for Events)."""
         self._metrics = metrics or KubeMetrics()
         self._on_written = on_written
         self._api = api
@@ -254,7 +255,7 @@ class StatusWriter:
             self.writes += 1
             self._metrics.status_writes.inc(key.kind, "written")
             if self._on_written is not None:
-                self._on_written(key, current, body)
+                self._on_written(kind, current, result)
             cached = self._cache.live(key)
             self._written[key] = _Written(
                 cached[0] if cached else "",

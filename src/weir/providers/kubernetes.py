@@ -67,6 +67,7 @@ from weir.loader import Problem
 from weir.metrics import MetricFamily, gauge
 from weir.providers.kube_api import KubeApi, WatchedKind, describe, load_config
 from weir.providers.kube_cache import DATA_KINDS, SOURCE, CacheStats, KubeSnapshot, ObjectCache
+from weir.providers.kube_events import EventRecorder
 from weir.providers.kube_metrics import KubeMetrics
 from weir.providers.kube_status import StatusWriter
 from weir.providers.kube_watch import Backoff, KindWatcher, Outage, WatchTiming
@@ -118,7 +119,8 @@ class KubernetesOptions:
     Lease namespace ``""`` is decided at start (:func:`default_lease_namespace`).
     ``unready_without_election``: ``/ready`` answers 503 while leader election
     fails (by default it does not: traffic is served either way, only status
-    writes stop).
+    writes stop). ``events``: report condition changes as Events
+    (:mod:`~weir.providers.kube_events`).
     ``write_status``: ``False`` never writes (a read-only replica).
     """
 
@@ -129,6 +131,7 @@ class KubernetesOptions:
     lease: LeaseSettings | None = None
     write_status: bool = True
     unready_without_election: bool = False
+    events: bool = True
     debounce_s: float = 0.05
     timing: WatchTiming = field(default_factory=WatchTiming)
     kinds: tuple[WatchedKind, ...] = WATCHED
@@ -146,6 +149,7 @@ class KubernetesProvider:
         self.watchers: list[KindWatcher] = []
         self.elector: LeaderElector | None = None
         self.writer: StatusWriter | None = None
+        self.events: EventRecorder | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._snapshot: KubeSnapshot | None = None
         self._fetch_backoff = Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s)
@@ -198,6 +202,10 @@ class KubernetesProvider:
                 api, lease, on_change=self._leadership, on_problem=self._changed.set, metrics=self.metrics
             )
         elector = self.elector
+        if options.events:
+            identity = lease.identity if lease is not None else default_identity()
+            self.events = EventRecorder(api, options.controller_name, identity, self.metrics)
+            self._tasks.append(asyncio.create_task(self.events.run(), name="weir-events"))
         self.writer = StatusWriter(
             api,
             self.cache,
@@ -207,6 +215,7 @@ class KubernetesProvider:
             Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
             self._outage,
             self.metrics,
+            on_written=self.events.written if self.events is not None else None,
         )
         self._tasks.append(asyncio.create_task(self.writer.run(), name="weir-status-writer"))
         if elector is not None:
