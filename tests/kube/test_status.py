@@ -241,3 +241,36 @@ async def test_leadership_fails_over_when_the_leader_dies_and_at_once_when_it_ha
 
 def copy_of(obj: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(obj)
+
+
+async def test_a_route_whose_backends_are_all_refused_says_so(
+    objects: Objects, weir_kubeconfig: Path
+) -> None:
+    """It used to say ResolvedRefs=True "All references resolved" while every request got 500; the
+    reason was only on the XBackend."""
+    ns = objects.namespace
+    port = free_port()
+    objects.apply(
+        gateway_class(ns),
+        gateway(ns, ns, port),
+        xbackend(ns, "local", "localhost", 8080),
+        route(ns, "web", "/", to_xbackend("local")),
+    )
+    lease = LeaseSettings.scaled("", LEASE_NAME, "refused-test", 3.0)
+    options = KubernetesOptions(kubeconfig=str(weir_kubeconfig), lease=lease, timing=TIMING)
+    async with running_weir(options):
+        async with httpx.AsyncClient(timeout=5) as client:
+            response = await client.get(f"http://127.0.0.1:{port}/")
+        assert response.status_code == 500
+
+        def resolved() -> dict[str, Any]:
+            parent = our_parent(objects.api.status(GW, "HTTPRoute", ns, "web")) or {}
+            return next((c for c in parent.get("conditions", []) if c["type"] == "ResolvedRefs"), {})
+
+        await eventually(lambda: resolved().get("status") == "False", timeout=15)
+        condition = resolved()
+        assert condition["reason"] == "BackendNotFound"
+        assert f"XBackend {ns}/local is refused" in condition["message"]
+        assert "localhost" in condition["message"] and "500" in condition["message"]
+        parent = our_parent(objects.api.status(GW, "HTTPRoute", ns, "web")) or {}
+        assert conditions(parent)["Accepted"] == ("True", "Accepted")  # as upstream conformance expects
