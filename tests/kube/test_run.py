@@ -20,6 +20,7 @@ from conftest import Objects
 from envtest import ADMIN_TOKEN, Cluster
 from harness import GW, conditions, eventually, gateway, gateway_class, our_parent
 
+from weir.features import SUPPORTED_FEATURES
 from weir.testkit import free_port
 
 #: A line of weir's log off a terminal: one record, unwrapped.
@@ -94,10 +95,9 @@ async def test_weir_run_kubernetes_with_a_kubeconfig_and_nothing_else(
         assert response.status_code == 301
         assert response.headers["location"] == f"http://new.example.com:{port}/old/page"
         envoy_pid = status["dataPlane"]["envoyPid"]
-        assert conditions(cluster.admin.status(GW, "GatewayClass", None, ns))["Accepted"] == (
-            "True",
-            "Accepted",
-        )
+        gateway_class_status = cluster.admin.status(GW, "GatewayClass", None, ns)
+        assert conditions(gateway_class_status)["Accepted"] == ("True", "Accepted")
+        assert gateway_class_status["supportedFeatures"] == [{"name": n} for n in SUPPORTED_FEATURES]
         gw = cluster.admin.status(GW, "Gateway", ns, "gw")
         assert conditions(gw)["Accepted"] == ("True", "Accepted")
         assert conditions(gw["listeners"][0]) == {
