@@ -129,7 +129,7 @@ class EventRecorder:
         namespace = metadata.get("namespace") or "default"
         status, kind_of = cond.get("status"), cond.get("type")
         warning = (status == "True") if kind_of in _NEGATIVE else (status == "False")
-        note = f"{kind_of}={status}: {cond.get('message') or ''}".rstrip(": ")
+        note = f"{kind_of}={status}: {(cond.get('message') or '').strip()}".rstrip(": ")
         return {
             "apiVersion": EVENT.api_version,
             "kind": EVENT.kind,

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from weir.providers.kube_api import LEASE, KubeApi, describe, status_code
+from weir.providers.kube_api import LEASE, KubeApi, describe, is_transient, status_code
 from weir.providers.kube_metrics import KubeMetrics, error_code
 
 __all__ = ["LeaderElector", "LeaseSettings", "election_problem"]
@@ -183,7 +183,10 @@ class LeaderElector:
             log.info("leader election works again")
             self.problem_since = None
         else:
-            log.error("leader election: %s", problem)
+            # The API server away is a warning (it says so once for every watch too); a Lease that
+            # cannot be had while the server answers is an error: it will not mend by itself.
+            level = logging.WARNING if exc is not None and is_transient(exc) else logging.ERROR
+            log.log(level, "leader election: %s", problem)
             if self.problem_since is None:
                 self.problem_since = time.monotonic()
         self.problem = problem
