@@ -30,7 +30,11 @@ the statuses the controller publishes. How it is built (one module per part):
   ``coordination.k8s.io/v1`` Lease. Every replica lists, watches, translates
   and serves its own Envoy; only the leader writes status. Losing the Lease
   (renewal failing past the renew deadline, or another holder seen) stops
-  writes at once; a clean stop hands the Lease back.
+  writes at once; a clean stop hands the Lease back. The Lease's namespace,
+  unless given, is ``$POD_NAMESPACE``, else the configuration's (a pod's
+  service account's, else the kubeconfig context's: :func:`default_lease_namespace`).
+  An election that fails is a problem of every snapshot (``/status``), a
+  metric, and with ``unready_without_election`` a reason for ``/ready`` to fail.
 * :mod:`~weir.providers.kube_status` — **status writes** through the status
   subresource, only for the objects translation gives a status (weir's
   GatewayClasses and what attaches to them), only when different from what
@@ -38,8 +42,12 @@ the statuses the controller publishes. How it is built (one module per part):
   keeping other controllers' ``parents``/``ancestors`` entries. weir's own
   write comes back as an event that changes nothing: writes converge.
 
+* :mod:`~weir.providers.kube_events` — **Events** for the condition
+  changes the leader writes (rate-limited); :mod:`~weir.providers.kube_metrics`
+  — what the provider counts, for ``/metrics`` (:meth:`KubernetesProvider.collect`).
+
 :data:`WATCHED` lists what is read (the deployment's RBAC grants exactly
-list/watch on these, ``patch`` on their ``status``, and Leases). It follows
+list/watch on these, ``patch`` on their ``status``, Leases, and ``create`` on Events). It follows
 :data:`weir.api.registry.MODELS`: a kind weir reads in files, it reads in a
 cluster.
 """
