@@ -40,17 +40,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from weir.api import (
-    gateway_v1,
-    gateway_v1_backendtlspolicy,
-    gateway_v1_grpcroute,
-    gateway_v1_tlsroute,
-    gateway_v1alpha2,
-    gateway_v1beta1,
-    weir_policies_v1alpha1,
-    weir_v1alpha1,
-    xbackend_v1alpha1,
-)
+from weir.api import registry, weir_policies_v1alpha1, weir_v1alpha1, xbackend_v1alpha1
 from weir.api.meta import KubeObject
 
 __all__ = [
@@ -144,18 +134,22 @@ CRDS: tuple[CustomResource, ...] = (
 #: (``weir crds --test-cluster``). The models hold only the fields weir reads, so these CRDs
 #: prune everything else and take any status: a real cluster installs the Gateway API release.
 #: They carry the models' CEL rules, so an API server running them checks the rules too.
-GATEWAY_API_CRDS: tuple[CustomResource, ...] = tuple(
-    CustomResource(model, plural=plural, categories=("gateway-api",), free_status=status)
-    for model, plural, status in (
-        (gateway_v1.GatewayClass, "gatewayclasses", True),
-        (gateway_v1.Gateway, "gateways", True),
-        (gateway_v1.HTTPRoute, "httproutes", True),
-        (gateway_v1_grpcroute.GRPCRoute, "grpcroutes", True),
-        (gateway_v1alpha2.TCPRoute, "tcproutes", True),
-        (gateway_v1_tlsroute.TLSRoute, "tlsroutes", True),
-        (gateway_v1beta1.ReferenceGrant, "referencegrants", False),
-        (gateway_v1_backendtlspolicy.BackendTLSPolicy, "backendtlspolicies", True),
-    )
+def _gateway_api(kind: str, plural: str, *, status: bool = True) -> CustomResource:
+    model = registry.model_for_kind(kind)
+    if model is None:
+        raise LookupError(f"no model for {kind}")
+    return CustomResource(model, plural=plural, categories=("gateway-api",), free_status=status)
+
+
+GATEWAY_API_CRDS: tuple[CustomResource, ...] = (
+    _gateway_api("GatewayClass", "gatewayclasses"),
+    _gateway_api("Gateway", "gateways"),
+    _gateway_api("HTTPRoute", "httproutes"),
+    _gateway_api("GRPCRoute", "grpcroutes"),
+    _gateway_api("TCPRoute", "tcproutes"),
+    _gateway_api("TLSRoute", "tlsroutes"),
+    _gateway_api("ReferenceGrant", "referencegrants", status=False),
+    _gateway_api("BackendTLSPolicy", "backendtlspolicies"),
 )
 
 #: Every kind weir reads that a cluster defines with a CRD: what a test cluster installs.
