@@ -66,7 +66,7 @@ def test_options_and_their_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     lease = options.lease
     assert lease is not None
     # The namespace is decided when the provider starts ($POD_NAMESPACE, else the configuration's
-    # namespace: tests/kube/test_lease.py); "" says so.
+    # namespace: tests/kube/test_envtest_lease.py); "" says so.
     assert (lease.namespace, lease.name) == ("", "weir-leader")
     assert lease.identity.startswith("weir-7d9f-") and len(lease.identity) == len("weir-7d9f-") + 6
     assert (lease.lease_duration_s, lease.renew_deadline_s, lease.retry_period_s) == (15.0, 10.0, 2.0)

@@ -4,72 +4,40 @@ status through the status subresource, conflicts, leadership and failover."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import LEASE_NAME, LEASE_NAMESPACE, Objects
 from envtest import Cluster
-from harness import (
+from kube_harness import (
     API_HOST,
     GW,
+    KINDS,
+    OTHER,
+    TIMING,
+    admin_get,
     conditions,
     eventually,
     gateway,
     gateway_class,
+    metric,
     our_parent,
     route,
+    running_weir,
     to_xbackend,
     xbackend,
 )
+from kube_world import LEASE_NAME, LEASE_NAMESPACE, Objects
 
 from weir.api.meta import ObjectKey
-from weir.controller import Controller, Options
-from weir.metrics import parse
 from weir.providers.kube_api import KubeApi, load_config
 from weir.providers.kube_cache import ObjectCache
 from weir.providers.kube_status import StatusWriter
-from weir.providers.kube_watch import Backoff, KindWatcher, WatchTiming
-from weir.providers.kubernetes import WATCHED, KubernetesOptions, KubernetesProvider
+from weir.providers.kube_watch import Backoff, KindWatcher
+from weir.providers.kubernetes import KubernetesOptions
 from weir.providers.leader import LeaderElector, LeaseSettings
 from weir.testkit import DnsStub, RecordingUpstream, free_port
-from weir.translate import Settings
-
-KINDS = {k.kind: k for k in WATCHED}
-TIMING = WatchTiming(reprobe_s=0.5, backoff_initial_s=0.1, backoff_max_s=1.0)
-OTHER = "example.com/other-controller"
-
-
-@contextlib.asynccontextmanager
-async def running_weir(
-    options: KubernetesOptions, dns: DnsStub | None = None
-) -> AsyncIterator[tuple[Controller, KubernetesProvider]]:
-    settings = Settings(egress_denied_cidrs=(), dns_resolvers=(dns.address,) if dns else ())
-    provider = KubernetesProvider(options)
-    controller = Controller(provider, settings, Options(admin_port=0))
-    await controller.start()
-    try:
-        yield controller, provider
-    finally:
-        await controller.stop()
-
-
-async def admin_get(controller: Controller, path: str) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=5) as client:
-        return await client.get(f"http://127.0.0.1:{controller.admin_port}{path}")
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    for family in parse(text):
-        for sample in family.samples:
-            if family.name + sample.name_suffix == name and all(
-                sample.labels.get(k) == v for k, v in labels.items()
-            ):
-                return sample.value
-    raise KeyError(name, labels)
 
 
 async def test_traffic_and_status_with_exactly_deploys_rbac(

@@ -7,8 +7,8 @@ import copy
 from typing import Any
 
 import pytest
-from conftest import Objects
 from envtest import ApiError, Cluster
+from kube_world import Objects
 
 XB = "gateway.networking.x-k8s.io/v1alpha1"
 GW = "gateway.networking.k8s.io/v1"

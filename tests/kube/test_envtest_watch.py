@@ -7,9 +7,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from conftest import Objects
 from envtest import Cluster
-from harness import eventually, service
+from kube_harness import eventually, service
+from kube_world import Objects
 
 from weir.providers.kube_api import KubeApi, load_config
 from weir.providers.kube_cache import ObjectCache

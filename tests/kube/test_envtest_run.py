@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import Objects
 from envtest import ADMIN_TOKEN, Cluster
-from harness import GW, conditions, eventually, gateway, gateway_class, our_parent
+from kube_harness import GW, conditions, eventually, gateway, gateway_class, our_parent
+from kube_world import Objects
 
 from weir.features import SUPPORTED_FEATURES
 from weir.testkit import free_port

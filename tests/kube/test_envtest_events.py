@@ -7,10 +7,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from conftest import LEASE_NAME, Objects
 from envtest import Cluster
-from harness import eventually, gateway, gateway_class, route
-from test_status import TIMING, admin_get, metric, running_weir
+from kube_harness import TIMING, admin_get, eventually, gateway, gateway_class, metric, route, running_weir
+from kube_world import LEASE_NAME, Objects
 
 from weir.providers.kubernetes import KubernetesOptions
 from weir.providers.leader import LeaseSettings

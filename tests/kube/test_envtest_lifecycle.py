@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import LEASE_NAMESPACE, crds_for_tests, install_crds, install_rbac
 from envtest import WEIR_TOKEN, Cluster
-from harness import XB, eventually, service
+from kube_harness import XB, eventually, service
+from kube_world import LEASE_NAMESPACE, crds_for_tests, install_crds, install_rbac
 
 from weir.api.meta import ObjectKey
 from weir.providers.kube_watch import WatchTiming

@@ -1,11 +1,22 @@
-"""Helpers for tests/kube: waiting for a condition, objects, weir's client on a kubeconfig."""
+"""Helpers for tests/kube: objects to apply, waiting for a condition, weir in-process with Envoy,
+its admin endpoint and metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+import httpx
+
+from weir.controller import Controller, Options
+from weir.metrics import parse
+from weir.providers.kube_watch import WatchTiming
+from weir.providers.kubernetes import WATCHED, KubernetesOptions, KubernetesProvider
+from weir.testkit import DnsStub
+from weir.translate import Settings
 
 GW = "gateway.networking.k8s.io/v1"
 XB = "gateway.networking.x-k8s.io/v1alpha1"
@@ -111,3 +122,37 @@ def xbackend(namespace: str, name: str, hostname: str, port: int) -> dict[str, A
 
 def to_xbackend(name: str) -> dict[str, Any]:
     return {"group": "gateway.networking.x-k8s.io", "kind": "XBackend", "name": name}
+
+
+KINDS = {k.kind: k for k in WATCHED}
+TIMING = WatchTiming(reprobe_s=0.5, backoff_initial_s=0.1, backoff_max_s=1.0)
+OTHER = "example.com/other-controller"
+
+
+@contextlib.asynccontextmanager
+async def running_weir(
+    options: KubernetesOptions, dns: DnsStub | None = None
+) -> AsyncIterator[tuple[Controller, KubernetesProvider]]:
+    settings = Settings(egress_denied_cidrs=(), dns_resolvers=(dns.address,) if dns else ())
+    provider = KubernetesProvider(options)
+    controller = Controller(provider, settings, Options(admin_port=0))
+    await controller.start()
+    try:
+        yield controller, provider
+    finally:
+        await controller.stop()
+
+
+async def admin_get(controller: Controller, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=5) as client:
+        return await client.get(f"http://127.0.0.1:{controller.admin_port}{path}")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    for family in parse(text):
+        for sample in family.samples:
+            if family.name + sample.name_suffix == name and all(
+                sample.labels.get(k) == v for k, v in labels.items()
+            ):
+                return sample.value
+    raise KeyError(name, labels)

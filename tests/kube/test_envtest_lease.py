@@ -5,10 +5,19 @@ from __future__ import annotations
 import logging
 
 import pytest
-from conftest import Objects
 from envtest import ADMIN_TOKEN, Cluster
-from harness import GW, conditions, eventually, gateway, gateway_class
-from test_status import TIMING, admin_get, metric, running_weir
+from kube_harness import (
+    GW,
+    TIMING,
+    admin_get,
+    conditions,
+    eventually,
+    gateway,
+    gateway_class,
+    metric,
+    running_weir,
+)
+from kube_world import Objects
 
 from weir.providers.kubernetes import KubernetesOptions
 from weir.providers.leader import LeaseSettings
