@@ -8,10 +8,12 @@ Without ``$KUBEBUILDER_ASSETS`` every test here is skipped with the hint.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from envtest import ASSETS_HINT, WEIR_TOKEN, Cluster, assets
@@ -27,28 +29,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+@contextlib.contextmanager
+def _cluster(crds: list[dict[str, Any]] | None) -> Iterator[Cluster]:
+    """A started cluster in a private folder; stopped and removed afterwards."""
     folder = Path(tempfile.mkdtemp(prefix="weir-kube-", dir="/tmp"))
-    cluster = start_cluster(folder, crds=None)
+    cluster = start_cluster(folder, crds=crds)
     try:
         yield cluster
     finally:
         cluster.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    with _cluster(None) as started:
+        yield started
 
 
 @pytest.fixture
 def fresh_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A cluster of the test's own (CRDs: the test's ``crds`` marker's, else all)."""
     marker = request.node.get_closest_marker("crds")
-    folder = Path(tempfile.mkdtemp(prefix="weir-kube-", dir="/tmp"))
-    cluster = start_cluster(folder, crds=marker.args[0] if marker else None)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+    with _cluster(marker.args[0] if marker else None) as started:
+        yield started
 
 
 @pytest.fixture
