@@ -4,7 +4,6 @@ status through the status subresource, conflicts, leadership and failover."""
 from __future__ import annotations
 
 import asyncio
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -205,10 +204,6 @@ async def test_leadership_fails_over_when_the_leader_dies_and_at_once_when_it_ha
         await a.release()
         await api_a.close()
         await api_b.close()
-
-
-def copy_of(obj: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(obj)
 
 
 async def test_a_route_whose_backends_are_all_refused_says_so(

@@ -1,6 +1,6 @@
 """weir.status_store: statuses are values, kept by reference; stamping as the deep-copying store did.
 
-``test_envtest_status.py`` covers what ``lastTransitionTime`` means; this file holds
+``test_status.py`` covers what ``lastTransitionTime`` means; this file holds
 the store to the contract that makes an unchanged status free (an identity
 check, no copy), and checks over random sequences of publishes that the
 result is exactly what the previous implementation (deep copies, stamping
