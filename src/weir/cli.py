@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import logging
 import subprocess
 import sys
 import urllib.error
@@ -17,7 +16,6 @@ import typer
 import yaml
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.markup import escape
 
 from weir import DEFAULT_CONTROLLER_NAME, __version__, ir
@@ -66,12 +64,15 @@ def main() -> None:
     app()
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=err, show_path=False, rich_tracebacks=False)],
-    )
+def _setup_logging(level: str, fmt: str = "text") -> None:
+    from weir.logs import FORMATS, setup
+
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"--log-format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    try:
+        setup(level, fmt, err)
+    except ValueError as exc:
+        raise typer.BadParameter(f"--log-level: {exc}") from None
 
 
 def _host_port(value: str, what: str) -> tuple[str, int]:
@@ -154,13 +155,13 @@ def _kube_options(
     gateway_address: list[str],
     controller_name: str,
     reprobe_interval: float,
+    unready_without_election: bool = False,
 ) -> tuple[Any, tuple[str, str] | None, tuple[str, ...]]:
     """``weir run --kubernetes``: the provider's options, the publish Service, the fixed addresses."""
     from weir.providers.kube_watch import WatchTiming
     from weir.providers.kubernetes import (
         KubernetesOptions,
         default_identity,
-        default_lease_namespace,
     )
     from weir.providers.leader import LeaseSettings
 
@@ -194,9 +195,7 @@ def _kube_options(
                     f"--gateway-address: {address!r} is neither an IP address nor a hostname"
                 ) from None
     try:
-        lease = LeaseSettings.scaled(
-            lease_namespace or default_lease_namespace(), lease_name, default_identity(), lease_duration
-        )
+        lease = LeaseSettings.scaled(lease_namespace or "", lease_name, default_identity(), lease_duration)
     except ValueError as exc:
         raise typer.BadParameter(f"--lease-duration: {exc}") from None
     options = KubernetesOptions(
@@ -205,6 +204,7 @@ def _kube_options(
         controller_name=controller_name,
         publish_service=publish,
         lease=lease,
+        unready_without_election=unready_without_election,
         timing=WatchTiming(reprobe_s=reprobe_interval),
     )
     return options, publish, tuple(gateway_address)
@@ -235,6 +235,14 @@ def run(
         str, typer.Option(help="CA bundle for wellKnownCACertificates: System.")
     ] = DEFAULT_SYSTEM_TRUST_FILE,
     log_level: Annotated[str, typer.Option(help="weir's log level.")] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            metavar="text|json",
+            help="weir's log lines: 'text' (coloured on a terminal, else one plain unwrapped line per "
+            "record) or 'json' (one object per line: time, level, logger, message).",
+        ),
+    ] = "text",
     egress_denied_cidrs: EgressDeniedCidrs = None,
     egress_allowed_hostnames: EgressAllowedHostnames = None,
     envoy_concurrency: Annotated[
@@ -283,7 +291,8 @@ def run(
         str | None,
         typer.Option(
             help="With --kubernetes: namespace of the leader-election Lease. Default: $POD_NAMESPACE, "
-            "else the service account's namespace, else weir-system."
+            "else the configuration's namespace (in a pod the service account's, else the kubeconfig "
+            "context's, else default)."
         ),
     ] = None,
     lease_name: Annotated[str, typer.Option(help="With --kubernetes: name of the Lease.")] = "weir-leader",
@@ -311,6 +320,15 @@ def run(
             "instead of --publish-service. Repeatable.",
         ),
     ] = [],  # noqa: B006
+    unready_without_election: Annotated[
+        bool,
+        typer.Option(
+            "--unready-without-election",
+            help="With --kubernetes: /ready answers 503 while leader election fails (the Lease cannot be "
+            "read or written). Without it, /ready follows Envoy only (traffic is served either way; "
+            "the failure is in the log, /status and the weir_kubernetes_leader_election_failing metric).",
+        ),
+    ] = False,
     kube_reprobe_interval: Annotated[
         float,
         typer.Option(min=0.1, hidden=True, help="Seconds between probes for a kind not installed."),
@@ -338,12 +356,13 @@ def run(
                 ("--lease-namespace", lease_namespace),
                 ("--publish-service", publish_service),
                 ("--gateway-address", gateway_address),
+                ("--unready-without-election", unready_without_election),
             )
             if value
         ]
         if given:
             raise typer.BadParameter(f"{', '.join(given)}: only with --kubernetes")
-    _setup_logging(log_level)
+    _setup_logging(log_level, log_format)
     host, port = _host_port(admin_address, "--admin-address")
     settings = _settings(
         controller_name,
@@ -367,6 +386,7 @@ def run(
             gateway_address=gateway_address,
             controller_name=controller_name,
             reprobe_interval=kube_reprobe_interval,
+            unready_without_election=unready_without_election,
         )
         settings = dataclasses.replace(settings, publish_service=publish, gateway_addresses=addresses)
         provider = KubernetesProvider(kube)
@@ -483,11 +503,20 @@ def crds(
             "(v1.6 and later install XBackend themselves: never apply both).",
         ),
     ] = False,
+    test_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--test-cluster",
+            help="Print a CRD for every kind weir reads, the Gateway API kinds included, from weir's "
+            "own models, for an API server in tests. They keep only the fields weir reads: never "
+            "apply them to a real cluster (install the Gateway API release there).",
+        ),
+    ] = False,
 ) -> None:
     """Print the CustomResourceDefinitions of weir's own kinds (weir.dev) as YAML."""
-    from weir.api.crds import for_cluster, render
+    from weir.api.crds import for_cluster, for_test_cluster, render
 
-    sys.stdout.write(render(for_cluster(xbackend=xbackend)))
+    sys.stdout.write(render(for_test_cluster() if test_cluster else for_cluster(xbackend=xbackend)))
 
 
 @app.command()

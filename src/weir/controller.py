@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -37,6 +37,7 @@ from weir.api.meta import ObjectKey
 from weir.envoy import EnvoyError, EnvoyProcess, ExitInfo, bootstrap, listener_bound
 from weir.heap import return_free_memory
 from weir.loader import Problem, gc_paused
+from weir.metrics import MetricFamily
 from weir.resources import Resources
 from weir.status_store import StatusStore
 from weir.telemetry import Sources, Telemetry
@@ -86,6 +87,19 @@ class StatusSink(Protocol):
     """
 
     def write_status(self, statuses: Mapping[ObjectKey, dict[str, Any]]) -> None: ...
+
+
+@runtime_checkable
+class ObservedProvider(Protocol):
+    """A provider with state of its own to show: metrics (``collect``, a collector for
+    ``/metrics``), a summary for ``/status`` (``describe``), and a reason ``/ready`` should fail
+    (``ready_problem``; ``None``: no objection). The Kubernetes provider: leadership, watches."""
+
+    def collect(self) -> Iterable[MetricFamily]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def ready_problem(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -160,6 +174,8 @@ class Controller:
             # Per-tool MCP metrics, from Envoy's access log of MCP upstreams (weir.xds.accesslog).
             collectors=[accesslog.collect],
         )
+        if isinstance(provider, ObservedProvider):
+            self.telemetry.add_collector(provider.collect)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -474,6 +490,9 @@ class Controller:
 
     def _ready_view(self) -> tuple[int, Any]:
         ok = self._envoy is not None and self._envoy.ready and self._current.state.accepted
+        objection = self._provider.ready_problem() if isinstance(self._provider, ObservedProvider) else None
+        if ok and objection is not None:
+            return 503, {"ready": False, "reason": objection}
         return (200 if ok else 503), {"ready": ok}
 
     def _status_view(self) -> tuple[int, Any]:
@@ -500,6 +519,11 @@ class Controller:
                 "translationError": current.translate_error,
             },
             "problems": [p.to_data() for p in current.problems],
+            **(
+                {"provider": self._provider.describe()}
+                if isinstance(self._provider, ObservedProvider)
+                else {}
+            ),
             "objects": objects,
         }
 

@@ -1,10 +1,13 @@
 """weir in Kubernetes mode, end to end: objects through an API server → real Envoy → status back.
 
 The API server is :class:`weir.testkit.apiserver.ApiServerDouble` on
-127.0.0.1 (no kube-apiserver can run here), reached by the real ``lightkube``
-client; weir runs in-process (``Controller`` + ``KubernetesProvider``) with
-its real Envoy; upstreams are loopback servers and XBackend hostnames resolve
-through the DNS stub.
+127.0.0.1, for what a real one cannot be made to do quickly (410 on demand,
+Service backends with loopback endpoints, which a real API server refuses);
+tests/kube runs weir against a real kube-apiserver (tests/kube/README.md says
+which test uses which). It is reached by the real ``lightkube`` client; weir
+runs in-process (``Controller`` + ``KubernetesProvider``) with its real Envoy;
+upstreams are loopback servers and XBackend hostnames resolve through the DNS
+stub.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     async def run_until_signalled(controller: Any) -> None:
         return None
 
-    monkeypatch.setattr(weir.cli, "_setup_logging", lambda level: None)
+    monkeypatch.setattr(weir.cli, "_setup_logging", lambda level, fmt="text": None)
     monkeypatch.setattr(weir.controller, "Controller", FakeController)
     monkeypatch.setattr(weir.controller, "run_until_signalled", run_until_signalled)
     return seen

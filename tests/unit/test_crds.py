@@ -549,3 +549,44 @@ def test_a_schema_constraint_must_land_on_a_new_keyword_of_an_existing_field() -
                 config, "x", schema_constraints={"spec.egress.allowedHostnames[]": {"pattern": "^.*$"}}
             )
         )
+
+
+def test_test_cluster_crds_cover_every_kind_weir_reads_that_a_crd_defines() -> None:
+    """``weir crds --test-cluster``: one CRD per kind weir reads outside the core groups (tests/kube
+    installs them on a real API server, which also checks them)."""
+    from weir.api import registry
+
+    result = runner.invoke(app, ["crds", "--test-cluster"])
+    assert result.exit_code == 0, result.output
+    documents = [d for d in yaml.safe_load_all(result.output) if d]
+    kinds = {d["spec"]["names"]["kind"] for d in documents}
+    core = {"", "discovery.k8s.io"}
+    assert kinds == {m.KIND for m in registry.MODELS if m.API_VERSION.rpartition("/")[0] not in core}
+    by_kind = {d["spec"]["names"]["kind"]: d for d in documents}
+    assert [v["name"] for v in by_kind["ReferenceGrant"]["spec"]["versions"]] == ["v1beta1", "v1"]
+    assert by_kind["Gateway"]["spec"]["versions"][0]["subresources"] == {"status": {}}
+    gateway_annotations = by_kind["Gateway"]["metadata"]["annotations"]
+    assert gateway_annotations["api-approved.kubernetes.io"].startswith("unapproved")
+
+    def walk(node: Any, path: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(node, dict):
+            if "default" in node:
+                yield path, node["default"]
+            for key, value in node.items():
+                yield from walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for item in node:
+                yield from walk(item, path)
+
+    def has_null(value: Any) -> bool:
+        if isinstance(value, dict):
+            return any(v is None or has_null(v) for v in value.values())
+        if isinstance(value, list):
+            return any(has_null(v) for v in value)
+        return False
+
+    for document in documents:
+        for path, default in walk(document["spec"], document["metadata"]["name"]):
+            assert not has_null(default), f"{path}: a null inside a default, which the API server refuses"
+        text = yaml.safe_dump(document)
+        assert "propertyNames" not in text and "patternProperties" not in text, document["metadata"]["name"]

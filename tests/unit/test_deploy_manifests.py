@@ -37,6 +37,7 @@ from weir.controller import Controller, Options
 from weir.envoy import EnvoyProcess
 from weir.loader import load_paths
 from weir.providers.files import FilesProvider
+from weir.providers.kube_events import EVENT
 from weir.providers.kubernetes import WATCHED
 from weir.testkit import DnsStub, RecordingUpstream, UpstreamResponse, free_port, make_ca, server_ssl_context
 from weir.translate import Settings
@@ -223,9 +224,13 @@ def status_kinds_written() -> set[str]:
     return kinds
 
 
+#: The one object weir creates: Events about what it reports on (weir.providers.kube_events).
+EVENTS = (EVENT.group, EVENT.plural, "create")
+
+
 def test_clusterrole_reads_every_kind_weir_watches_and_nothing_else() -> None:
     granted = grants(the("ClusterRole"))
-    reads = {(g, r) for (g, r, v) in granted if "/" not in r}
+    reads = {(g, r) for (g, r, v) in granted if "/" not in r and (g, r, v) != EVENTS}
     watched = {(k.group, k.plural) for k in WATCHED}
     assert reads == watched, (
         f"missing: {sorted(watched - reads)}; not watched by weir: {sorted(reads - watched)}"
@@ -245,7 +250,8 @@ def test_watched_kinds_are_the_kinds_weir_reads() -> None:
 
 def test_clusterrole_patches_only_the_status_of_what_weir_reports_on() -> None:
     granted = grants(the("ClusterRole"))
-    writes = {(g, r, v) for (g, r, v) in granted if v not in ("get", "list", "watch")}
+    assert EVENTS in granted
+    writes = {(g, r, v) for (g, r, v) in granted if v not in ("get", "list", "watch") and (g, r, v) != EVENTS}
     assert writes, "no status write granted"
     by_kind = {k.kind: k for k in WATCHED}
     written = status_kinds_written()

@@ -104,7 +104,9 @@ EXPECTED: dict[str, dict[str, Conditions | None]] = {
         "XBackend default/sidecar": OK,
         "XBackend default/broken-h2c": refused("Invalid"),
         "XBackend default/db": None,  # only an HTTPRoute refers to it, and that reference fails
-        "HTTPRoute default/protocols": ROUTE_OK,
+        "HTTPRoute default/protocols": route_refs(
+            "BackendNotFound"
+        ),  # its rule to the refused H2C-over-TLS XBackend
         "HTTPRoute default/db-over-http": route_refs("UnsupportedProtocol"),
     },
     "tcp": {
@@ -140,7 +142,9 @@ EXPECTED: dict[str, dict[str, Conditions | None]] = {
         "XBackend default/client-other-ns": refused("Invalid", "RefNotPermitted"),
         "XBackend default/h2c-with-tls": refused("Invalid"),
         "HTTPRoute default/shared-api": ROUTE_OK,
-        "HTTPRoute default/status-reasons": ROUTE_OK,
+        "HTTPRoute default/status-reasons": route_refs(
+            "BackendNotFound"
+        ),  # rules whose only XBackend is refused
     },
     "egress": {
         "XBackend default/wiki": OK,
@@ -150,7 +154,8 @@ EXPECTED: dict[str, dict[str, Conditions | None]] = {
         "XBackend default/single-label": refused("UnsupportedValue"),
         "XBackend default/in-cluster": refused("UnsupportedValue"),
         "XBackend default/partner": refused("NotAllowed"),
-        "HTTPRoute default/egress-guard": ROUTE_OK,
+        # Its rules to the refused XBackends have no usable backend: the route says so.
+        "HTTPRoute default/egress-guard": route_refs("BackendNotFound"),
     },
     "egress-invalid-parameters": {
         "GatewayClass weir-misconfigured": {A: ("False", "InvalidParameters")},

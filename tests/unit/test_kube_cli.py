@@ -65,12 +65,14 @@ def test_options_and_their_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert addresses == ("192.0.2.1", "gw.example.com")
     lease = options.lease
     assert lease is not None
-    assert (lease.namespace, lease.name) == ("gateway-system", "weir-leader")
+    # The namespace is decided when the provider starts ($POD_NAMESPACE, else the configuration's
+    # namespace: tests/kube/test_envtest_lease.py); "" says so.
+    assert (lease.namespace, lease.name) == ("", "weir-leader")
     assert lease.identity.startswith("weir-7d9f-") and len(lease.identity) == len("weir-7d9f-") + 6
     assert (lease.lease_duration_s, lease.renew_deadline_s, lease.retry_period_s) == (15.0, 10.0, 2.0)
 
     monkeypatch.delenv("POD_NAMESPACE")
     options, _, _ = _kube_options(**kube(lease_namespace=None))
-    assert options.lease is not None and options.lease.namespace == "weir-system"
+    assert options.lease is not None and options.lease.namespace == ""
     options, _, _ = _kube_options(**kube(lease_namespace="ops"))
     assert options.lease is not None and options.lease.namespace == "ops"

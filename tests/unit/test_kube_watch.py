@@ -181,3 +181,52 @@ async def test_a_forbidden_kind_is_logged_and_does_not_hold_up_the_rest(
         assert len(errors) == 1 and errors[0].startswith("TLSRoute (gateway.networking.k8s.io/v1): 403"), (
             errors
         )
+
+
+class _HalfOpen:
+    """An API whose watch streams never send a byte nor end: a connection that died without a FIN."""
+
+    def __init__(self) -> None:
+        self.watches = 0
+
+    async def list(self, kind: Any, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        return [], "10"
+
+    async def current_version(self, kind: Any, namespace: str | None) -> str:
+        return "10"
+
+    async def _silent(self) -> Any:
+        await asyncio.sleep(3600)
+        yield "never", {}
+
+    def watch(self, kind: Any, namespace: str | None, version: str, timeout_s: int) -> Any:
+        self.watches += 1
+        return self._silent()
+
+
+async def test_a_watch_silent_past_the_servers_timeout_is_replaced_and_said_once_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server ends every watch after its timeout; one still open and silent past it (plus the
+    margin) is a dead connection: weir says so and watches again on a new one. (A quiet kind is not
+    that: tests/kube/test_envtest_watch.py, against a real API server.)"""
+    from weir.providers.kube_cache import ObjectCache
+    from weir.providers.kube_watch import KindWatcher
+    from weir.providers.kubernetes import WATCHED
+
+    api = _HalfOpen()
+    kind = next(k for k in WATCHED if k.kind == "Service")
+    watcher = KindWatcher(
+        api, ObjectCache(), kind, None, WatchTiming(server_timeout_s=0, silence_margin_s=0.3)
+    )  # type: ignore[arg-type]
+    task = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.sleep(1.2)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert api.watches >= 3
+    silent = [r.getMessage() for r in caplog.records if "went silent" in r.getMessage()]
+    assert len(silent) >= 2 and all(
+        r.startswith("Service (v1): the watch connection went silent") for r in silent
+    )

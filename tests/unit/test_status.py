@@ -255,13 +255,16 @@ def test_translate_twice_then_break_one_ca_moves_only_that_xbackends_times() -> 
 
     clock.tick()
     one = ObjectKey("XBackend", "default", "one")
-    assert store.publish(translated(xbackend_manifests(one_ca="missing"))) == {one}
+    # The route's rule to it has no usable backend left: the route says so too (ResolvedRefs).
+    route = ObjectKey("HTTPRoute", "default", "apis")
+    assert store.publish(translated(xbackend_manifests(one_ca="missing"))) == {one, route}
     after = condition_times(store.current)
     assert after.keys() == first.keys()
     moved = {place: time for place, time in after.items() if time != first[place]}
     assert moved, "the broken XBackend's conditions kept their times"
-    assert {place[0] for place in moved} == {str(one)}
-    assert {place[-1] for place in moved} == {"Accepted", "ResolvedRefs"}
+    assert {place[0] for place in moved} == {str(one), str(route)}
+    assert {place[-1] for place in moved if place[0] == str(one)} == {"Accepted", "ResolvedRefs"}
+    assert {place[-1] for place in moved if place[0] == str(route)} == {"ResolvedRefs"}
     assert set(moved.values()) == {"2026-01-01T00:02:00Z"}
     [parent] = store.current[one]["parents"]
     assert {c["type"]: (c["status"], c["reason"]) for c in parent["conditions"]} == {

@@ -30,6 +30,7 @@ in the controller and in standalone validation alike.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,10 +40,19 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from weir.api import weir_policies_v1alpha1, weir_v1alpha1, xbackend_v1alpha1
+from weir.api import registry, weir_policies_v1alpha1, weir_v1alpha1, xbackend_v1alpha1
 from weir.api.meta import KubeObject
 
-__all__ = ["CRDS", "CustomResource", "crd", "for_cluster", "openapi_schema", "render"]
+__all__ = [
+    "CRDS",
+    "TEST_CLUSTER_CRDS",
+    "CustomResource",
+    "crd",
+    "for_cluster",
+    "for_test_cluster",
+    "openapi_schema",
+    "render",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,9 @@ class CustomResource:
     #: ``b``), for values the model checks in Python only (see the module's docstring). A path
     #: that is not in the schema, or a keyword the model already states, is an error.
     schema_constraints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    #: A status the model does not describe (weir's partial models of the Gateway API kinds):
+    #: the CRD keeps whatever status is written (``x-kubernetes-preserve-unknown-fields``).
+    free_status: bool = False
 
     @property
     def group(self) -> str:
@@ -117,6 +130,32 @@ CRDS: tuple[CustomResource, ...] = (
 )
 
 
+#: The Gateway API kinds weir reads, as weir's models describe them: for test clusters only
+#: (``weir crds --test-cluster``). The models hold only the fields weir reads, so these CRDs
+#: prune everything else and take any status: a real cluster installs the Gateway API release.
+#: They carry the models' CEL rules, so an API server running them checks the rules too.
+def _gateway_api(kind: str, plural: str, *, status: bool = True) -> CustomResource:
+    model = registry.model_for_kind(kind)
+    if model is None:
+        raise LookupError(f"no model for {kind}")
+    return CustomResource(model, plural=plural, categories=("gateway-api",), free_status=status)
+
+
+GATEWAY_API_CRDS: tuple[CustomResource, ...] = (
+    _gateway_api("GatewayClass", "gatewayclasses"),
+    _gateway_api("Gateway", "gateways"),
+    _gateway_api("HTTPRoute", "httproutes"),
+    _gateway_api("GRPCRoute", "grpcroutes"),
+    _gateway_api("TCPRoute", "tcproutes"),
+    _gateway_api("TLSRoute", "tlsroutes"),
+    _gateway_api("ReferenceGrant", "referencegrants", status=False),
+    _gateway_api("BackendTLSPolicy", "backendtlspolicies"),
+)
+
+#: Every kind weir reads that a cluster defines with a CRD: what a test cluster installs.
+TEST_CLUSTER_CRDS: tuple[CustomResource, ...] = CRDS + GATEWAY_API_CRDS
+
+
 class _CrdJsonSchema(GenerateJsonSchema):
     """Pydantic's JSON schema, shaped for a CRD (the rest is done by :func:`_structural`)."""
 
@@ -129,8 +168,24 @@ class _CrdJsonSchema(GenerateJsonSchema):
 
     def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
         json_schema = super().default_schema(schema)
-        if "default" in json_schema and json_schema["default"] in (None, [], {}):
-            del json_schema["default"]  # a Python convenience, not a CRD default (see meta.crd_default)
+        if "default" in json_schema:
+            # An unset field inside a default object is absent, not null (the API server checks a
+            # default against the schema, and null is no object).
+            json_schema["default"] = _without_nulls(json_schema["default"])
+            if json_schema["default"] in (None, [], {}):
+                del json_schema["default"]  # a Python convenience, not a CRD default (see meta.crd_default)
+        return json_schema
+
+    def dict_schema(self, schema: core_schema.DictSchema) -> JsonSchemaValue:
+        # A CRD schema has no keyword for the keys of a map (patternProperties and propertyNames
+        # are not structural): the values' schema is ``additionalProperties``, keys are checked by
+        # the model alone.
+        json_schema = super().dict_schema(schema)
+        patterns = json_schema.pop("patternProperties", None)
+        json_schema.pop("propertyNames", None)
+        if patterns and "additionalProperties" not in json_schema:
+            (values,) = patterns.values()
+            json_schema["additionalProperties"] = values
         return json_schema
 
     def literal_schema(self, schema: core_schema.LiteralSchema) -> JsonSchemaValue:
@@ -138,6 +193,15 @@ class _CrdJsonSchema(GenerateJsonSchema):
         if "const" in json_schema:
             json_schema["enum"] = [json_schema.pop("const")]
         return json_schema
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` with every ``None`` in its mappings left out, however deep."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 _DROPPED = frozenset({"title", "description", "$defs"})
@@ -186,6 +250,8 @@ def _object_schema(resource: CustomResource) -> dict[str, Any]:
     status = getattr(model, "STATUS", None)
     if isinstance(status, type) and issubclass(status, BaseModel):
         properties["status"] = openapi_schema(status)
+    elif resource.free_status:
+        properties["status"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     root: dict[str, Any] = {"type": "object", "properties": properties}
     if model.model_fields["spec"].is_required():
         root["required"] = ["spec"]
@@ -236,9 +302,20 @@ def crd(resource: CustomResource) -> dict[str, Any]:
     }
     if "status" in version["schema"]["openAPIV3Schema"]["properties"]:
         version["subresources"] = {"status": {}}
+    # Versions the model also reads (ReferenceGrant: v1beta1 and v1), served with the same schema.
+    also = [
+        {**copy.deepcopy(version), "name": v.rpartition("/")[2], "storage": False}
+        for v in resource.model.ALSO_SERVED
+    ]
     metadata: dict[str, Any] = {"name": f"{resource.plural}.{resource.group}"}
     if resource.channel:
         metadata["annotations"] = {"gateway.networking.k8s.io/channel": resource.channel}
+    if resource.group.endswith((".k8s.io", ".kubernetes.io")):
+        # The API server refuses a CRD in a protected group without this annotation; the
+        # Gateway API release names its approval, weir's test-cluster copy says it has none.
+        metadata["annotations"] = {
+            "api-approved.kubernetes.io": "unapproved, weir's partial model for test clusters only"
+        }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -247,7 +324,7 @@ def crd(resource: CustomResource) -> dict[str, Any]:
             "group": resource.group,
             "names": names,
             "scope": "Namespaced" if resource.model.NAMESPACED else "Cluster",
-            "versions": [version],
+            "versions": [version, *also],
         },
     }
 
@@ -263,6 +340,12 @@ def for_cluster(*, xbackend: bool = False) -> tuple[CustomResource, ...]:
     cluster that installs the standard channel alone.
     """
     return tuple(r for r in CRDS if xbackend or r.channel is None)
+
+
+def for_test_cluster() -> tuple[CustomResource, ...]:
+    """Every kind weir reads that a CRD defines, from weir's models (``weir crds --test-cluster``):
+    an API server for tests gets all of them from one command, and enforces the models' rules."""
+    return TEST_CLUSTER_CRDS
 
 
 def render(resources: Iterable[CustomResource] = CRDS) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig, NotReadyError
+from lightkube.core.generic_client import WatchDriver
 from lightkube.core.resource import ApiInfo
 from lightkube.generic_resource import (
     GenericGlobalResource,
@@ -31,7 +32,7 @@ from lightkube.generic_resource import (
     GenericNamespacedStatus,
     create_api_info,
 )
-from lightkube.types import PatchType, on_error_raise
+from lightkube.types import PatchType
 
 from weir.api.meta import KubeObject
 
@@ -186,15 +187,27 @@ class KubeApi:
             version = ""
         return items, version
 
+    async def current_version(self, kind: WatchedKind, namespace: str | None) -> str:
+        """The API server's current resourceVersion, from a list of at most one object of ``kind``
+        (a consistent read: what its storage holds now)."""
+        generic = self._client._client
+        _, version, _ = await generic.request(
+            "list", res=_resource(kind), namespace=self._namespace(kind, namespace), params={"limit": 1}
+        )
+        return str(version or "")
+
     def watch(
         self, kind: WatchedKind, namespace: str | None, resource_version: str, timeout_s: int
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """Events after ``resource_version``: ``(type, object)``, ``BOOKMARK`` events included.
 
-        The server ends the stream after ``timeout_s``; lightkube then watches
-        again from the last version it saw. Any error is raised: an
-        ``ERROR`` event (``410 Gone`` once the version is compacted away) as
-        :class:`lightkube.ApiError`, a refused request as
+        One watch request: the stream ends when the server ends it (after
+        ``timeout_s``), and the caller watches again from the last version.
+        (lightkube's own watch would reconnect by itself, and a caller could
+        then not tell a quiet kind from a dead connection: a real API server
+        sends no bookmark for a kind that had no event since it started.)
+        Any error is raised: an ``ERROR`` event (``410 Gone`` once the version
+        is compacted away) as :class:`lightkube.ApiError`, a refused request as
         ``httpx2.HTTPStatusError``, a broken connection as
         ``httpx2.TransportError``.
         """
@@ -212,15 +225,19 @@ class KubeApi:
                 "allowWatchBookmarks": "true",
             },
         )
-        return self._events(generic.watch(request, on_error=on_error_raise))
+        return self._events(generic, request)
 
     @staticmethod
-    async def _events(stream: Any) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+    async def _events(generic: Any, request: Any) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        driver: Any = WatchDriver(request, generic._client.build_request)
+        response = await generic.send(driver.get_request(timeout=generic._watch_timeout), stream=True)
         try:
-            async for event_type, obj in stream:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                event_type, obj = driver.process_one_line(line)
                 yield str(event_type), dict(obj)
         finally:
-            await stream.aclose()
+            await response.aclose()
 
     async def get(self, kind: WatchedKind, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or ``None`` if it does not exist."""

@@ -38,6 +38,7 @@ from typing import Any
 from weir.api.meta import ObjectKey
 from weir.providers.kube_api import KubeApi, WatchedKind, describe, is_transient, status_code
 from weir.providers.kube_cache import ObjectCache
+from weir.providers.kube_metrics import KubeMetrics, error_code
 from weir.providers.kube_watch import Backoff, Outage
 from weir.translate.status import MAX_ANCESTORS, MAX_PARENTS
 
@@ -128,7 +129,13 @@ class StatusWriter:
         is_leader: Callable[[], bool],
         backoff: Backoff,
         outage: Outage | None = None,
+        metrics: KubeMetrics | None = None,
+        on_written: Callable[[WatchedKind, dict[str, Any] | None, dict[str, Any]], None] | None = None,
     ) -> None:
+        """``on_written(kind, status_before, object_after)`` is called after each status written
+        (for Events)."""
+        self._metrics = metrics or KubeMetrics()
+        self._on_written = on_written
         self._api = api
         self._cache = cache
         self._kinds = kinds
@@ -182,6 +189,8 @@ class StatusWriter:
                 except Exception as exc:
                     self._dirty.add(key)
                     failed = True
+                    self._metrics.api_errors.inc(error_code(exc))
+                    self._metrics.status_writes.inc(key.kind, "error")
                     if is_transient(exc):  # the API server is away: try them all again later
                         self._outage.failed(f"status of {key} not written: {describe(exc)}; retrying")
                         break
@@ -237,12 +246,16 @@ class StatusWriter:
                 if code != 409:
                     raise
                 self.conflicts += 1
+                self._metrics.status_writes.inc(key.kind, "conflict")
                 fresh = await self._api.get(kind, key.namespace, key.name)
                 if fresh is None:
                     return
                 live = (str(fresh.get("metadata", {}).get("resourceVersion") or ""), fresh.get("status"))
                 continue
             self.writes += 1
+            self._metrics.status_writes.inc(key.kind, "written")
+            if self._on_written is not None:
+                self._on_written(kind, current, result)
             cached = self._cache.live(key)
             self._written[key] = _Written(
                 cached[0] if cached else "",

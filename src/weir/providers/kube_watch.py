@@ -39,8 +39,9 @@ from typing import Any
 
 from weir.providers.kube_api import KubeApi, WatchedKind, describe, is_transient, status_code
 from weir.providers.kube_cache import ObjectCache
+from weir.providers.kube_metrics import KubeMetrics, error_code
 
-__all__ = ["Backoff", "KindWatcher", "Outage", "WatchTiming"]
+__all__ = ["Backoff", "KindWatcher", "Outage", "WatchTiming", "version_too_large"]
 
 log = logging.getLogger("weir.kubernetes")
 
@@ -49,11 +50,15 @@ log = logging.getLogger("weir.kubernetes")
 class WatchTiming:
     """How often and how long: ``reprobe_s`` between probes of a kind that is not served;
     ``server_timeout_s`` asked of the server for each watch request (randomised up to twice, as
-    client-go does, so that watches do not all reconnect together); backoff from
+    client-go does, so that watches do not all reconnect together), and past it by
+    ``silence_margin_s`` a silent stream is dead; backoff from
     ``backoff_initial_s`` doubling up to ``backoff_max_s``."""
 
     reprobe_s: float = 30.0
     server_timeout_s: int = 300
+    #: How long after the server should have ended a watch (its timeout) a silent stream is
+    #: taken for a dead connection.
+    silence_margin_s: float = 30.0
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 10.0
 
@@ -106,6 +111,26 @@ class _Gone(Exception):
     """The version to watch from is no longer available: list again."""
 
 
+class _HistoryLost(Exception):
+    """The API server has no such version (yet): its storage lost the history weir watched from."""
+
+
+def version_too_large(exc: BaseException) -> bool:
+    """Whether a watch failed because the server does not have the version asked for: it is
+    newer than anything the server knows (``Too large resource version``, a 504 with the cause
+    ``ResourceVersionTooLarge``). A server with intact storage never answers so to a version it
+    sent; it does once etcd was restored from a backup or wiped, and then it will not send the
+    changes in between: only a new list sees them."""
+    if status_code(exc) != 504:
+        return False
+    status = getattr(exc, "status", None)
+    details = getattr(status, "details", None)
+    causes = getattr(details, "causes", None) or []
+    if any(getattr(cause, "reason", None) == "ResourceVersionTooLarge" for cause in causes):
+        return True
+    return "too large resource version" in (getattr(status, "message", "") or "").lower()
+
+
 class _NotServed(Exception):
     """The API server does not serve the kind (404)."""
 
@@ -121,9 +146,11 @@ class KindWatcher:
         namespace: str | None,
         timing: WatchTiming,
         outage: Outage | None = None,
+        metrics: KubeMetrics | None = None,
     ) -> None:
         self.kind = kind
         self._outage = outage or Outage()
+        self._metrics = metrics or KubeMetrics()
         self.namespace = namespace
         self._api = api
         self._cache = cache
@@ -152,6 +179,17 @@ class KindWatcher:
                 log.debug(
                     "%s: watch expired (410 Gone) at version %s; listing again", self.where, self.version
                 )
+                self._metrics.watch_restarts.inc(self.kind.kind, "expired")
+                self.version = ""
+            except _HistoryLost as lost:
+                log.warning(
+                    "%s: the API server does not have version %s (%s): its storage was restored or "
+                    "wiped; listing again",
+                    self.where,
+                    self.version,
+                    lost,
+                )
+                self._metrics.watch_restarts.inc(self.kind.kind, "history_lost")
                 self.version = ""
             except _NotServed:
                 self.version = ""
@@ -162,6 +200,8 @@ class KindWatcher:
                 raise
             except Exception as exc:
                 self._report(exc)
+                self._metrics.api_errors.inc(error_code(exc))
+                self._metrics.watch_restarts.inc(self.kind.kind, "error")
                 if not is_transient(exc):
                     # Forbidden, say: retrying will not fix it soon, and weir should not wait for it
                     # to start serving what it can read (the error is logged; the kind stays empty).
@@ -195,15 +235,32 @@ class KindWatcher:
         self._cache.replace(self.kind, self.namespace, items)
         self.version = version
         self.lists += 1
+        self._metrics.lists.inc(self.kind.kind)
         self._recovered()
         log.debug("%s: listed %d object(s) at version %s", self.where, len(items), version)
         self.synced.set()
 
+    async def _check_history(self) -> None:
+        """After a failure, before watching again: raise :class:`_HistoryLost` if the server's
+        storage is behind the version weir holds (etcd wiped, or restored from a backup).
+
+        Such a server does not refuse a watch from the version weir holds: it serves it and sends
+        nothing, as events older than the version asked for are never sent. resourceVersions are
+        etcd's revisions, which only grow while the storage is intact; this is the one place weir
+        compares two of them (client-go does not notice, and misses every change for good)."""
+        current = await self._api.current_version(self.kind, self.namespace)
+        if current.isdigit() and self.version.isdigit() and int(current) < int(self.version):
+            raise _HistoryLost(f"its storage is at version {current}")
+        self._recovered()
+
     async def _watch(self) -> None:
+        if self._failing and self.version:
+            await self._check_history()
         server_timeout = int(self._timing.server_timeout_s * random.uniform(1.0, 2.0))
-        idle_limit = server_timeout + 30.0
+        idle_limit = server_timeout + self._timing.silence_margin_s
         loop = asyncio.get_running_loop()
         stream = self._api.watch(self.kind, self.namespace, self.version, server_timeout)
+        self._metrics.watches.inc(self.kind.kind)
         # asyncio.timeout, not wait_for around each event: on Python 3.11 wait_for swallows a
         # cancellation that arrives as an event does, and stopping would then hang.
         try:
@@ -212,13 +269,23 @@ class KindWatcher:
                     self._event(event_type, obj)
                     idle.reschedule(loop.time() + idle_limit)
         except TimeoutError:
-            log.warning("%s: watch silent for %.0f s; watching again", self.where, idle_limit)
+            # The server ends every watch after its timeout, a quiet kind's included: a stream
+            # still open and silent past it is a connection that died without closing.
+            log.warning(
+                "%s: the watch connection went silent and was not closed by the API server after its "
+                "%d s timeout; watching again on a new connection",
+                self.where,
+                server_timeout,
+            )
+            self._metrics.watch_restarts.inc(self.kind.kind, "silent")
         except Exception as exc:
             code = status_code(exc)
             if code == 410:
                 raise _Gone from exc
             if code == 404:
                 raise _NotServed from exc
+            if version_too_large(exc):
+                raise _HistoryLost(describe(exc)) from exc
             raise
         finally:
             await stream.aclose()

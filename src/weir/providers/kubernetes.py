@@ -30,7 +30,11 @@ the statuses the controller publishes. How it is built (one module per part):
   ``coordination.k8s.io/v1`` Lease. Every replica lists, watches, translates
   and serves its own Envoy; only the leader writes status. Losing the Lease
   (renewal failing past the renew deadline, or another holder seen) stops
-  writes at once; a clean stop hands the Lease back.
+  writes at once; a clean stop hands the Lease back. The Lease's namespace,
+  unless given, is ``$POD_NAMESPACE``, else the configuration's (a pod's
+  service account's, else the kubeconfig context's: :func:`default_lease_namespace`).
+  An election that fails is a problem of every snapshot (``/status``), a
+  metric, and with ``unready_without_election`` a reason for ``/ready`` to fail.
 * :mod:`~weir.providers.kube_status` — **status writes** through the status
   subresource, only for the objects translation gives a status (weir's
   GatewayClasses and what attaches to them), only when different from what
@@ -38,8 +42,12 @@ the statuses the controller publishes. How it is built (one module per part):
   keeping other controllers' ``parents``/``ancestors`` entries. weir's own
   write comes back as an event that changes nothing: writes converge.
 
+* :mod:`~weir.providers.kube_events` — **Events** for the condition
+  changes the leader writes (rate-limited); :mod:`~weir.providers.kube_metrics`
+  — what the provider counts, for ``/metrics`` (:meth:`KubernetesProvider.collect`).
+
 :data:`WATCHED` lists what is read (the deployment's RBAC grants exactly
-list/watch on these, ``patch`` on their ``status``, and Leases). It follows
+list/watch on these, ``patch`` on their ``status``, Leases, and ``create`` on Events). It follows
 :data:`weir.api.registry.MODELS`: a kind weir reads in files, it reads in a
 cluster.
 """
@@ -48,14 +56,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lightkube import KubeConfig
@@ -63,8 +71,12 @@ from lightkube import KubeConfig
 from weir import DEFAULT_CONTROLLER_NAME
 from weir.api import registry
 from weir.api.meta import ObjectKey
-from weir.providers.kube_api import SERVICE_ACCOUNT_DIR, KubeApi, WatchedKind, describe, load_config
-from weir.providers.kube_cache import DATA_KINDS, CacheStats, KubeSnapshot, ObjectCache
+from weir.loader import Problem
+from weir.metrics import MetricFamily, gauge
+from weir.providers.kube_api import KubeApi, WatchedKind, describe, load_config
+from weir.providers.kube_cache import DATA_KINDS, SOURCE, CacheStats, KubeSnapshot, ObjectCache
+from weir.providers.kube_events import EventRecorder
+from weir.providers.kube_metrics import KubeMetrics
 from weir.providers.kube_status import StatusWriter
 from weir.providers.kube_watch import Backoff, KindWatcher, Outage, WatchTiming
 from weir.providers.leader import LeaderElector, LeaseSettings
@@ -85,8 +97,6 @@ log = logging.getLogger("weir.kubernetes")
 WATCHED: tuple[WatchedKind, ...] = tuple(WatchedKind.of(model) for model in registry.MODELS)
 
 DEFAULT_LEASE_NAME = "weir-leader"
-#: Where the Lease lives when nothing says otherwise (outside a pod, without ``$POD_NAMESPACE``).
-FALLBACK_LEASE_NAMESPACE = "weir-system"
 
 
 def default_identity() -> str:
@@ -96,14 +106,13 @@ def default_identity() -> str:
     return f"{base}-{secrets.token_hex(3)}"
 
 
-def default_lease_namespace() -> str:
-    """``$POD_NAMESPACE``, else the service account's namespace, else ``weir-system``."""
-    if os.environ.get("POD_NAMESPACE"):
-        return os.environ["POD_NAMESPACE"]
-    try:
-        return Path(SERVICE_ACCOUNT_DIR, "namespace").read_text().strip() or FALLBACK_LEASE_NAMESPACE
-    except OSError:
-        return FALLBACK_LEASE_NAMESPACE
+def default_lease_namespace(config_namespace: str) -> str:
+    """Where the Lease lives when ``--lease-namespace`` does not say: ``$POD_NAMESPACE``, else the
+    client configuration's namespace (``config_namespace``): in a pod the service account's, out
+    of one the kubeconfig context's (``default`` when the context names none), the namespace
+    ``kubectl`` would use too. It always exists in a cluster that answers; a fixed one such as
+    ``weir-system`` may not, and then no status is ever written."""
+    return os.environ.get("POD_NAMESPACE") or config_namespace
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,12 @@ class KubernetesOptions:
     ``publish_service``: ``(namespace, name)`` of the Service in front of
     weir's pods (also translation's ``Settings.publish_service``): its
     namespace is always watched for Services. ``lease``: leader election;
-    ``None`` writes status without electing (a single replica, or tests).
+    ``None`` writes status without electing (a single replica, or tests); a
+    Lease namespace ``""`` is decided at start (:func:`default_lease_namespace`).
+    ``unready_without_election``: ``/ready`` answers 503 while leader election
+    fails (by default it does not: traffic is served either way, only status
+    writes stop). ``events``: report condition changes as Events
+    (:mod:`~weir.providers.kube_events`).
     ``write_status``: ``False`` never writes (a read-only replica).
     """
 
@@ -124,6 +138,8 @@ class KubernetesOptions:
     publish_service: tuple[str, str] | None = None
     lease: LeaseSettings | None = None
     write_status: bool = True
+    unready_without_election: bool = False
+    events: bool = True
     debounce_s: float = 0.05
     timing: WatchTiming = field(default_factory=WatchTiming)
     kinds: tuple[WatchedKind, ...] = WATCHED
@@ -141,10 +157,12 @@ class KubernetesProvider:
         self.watchers: list[KindWatcher] = []
         self.elector: LeaderElector | None = None
         self.writer: StatusWriter | None = None
+        self.events: EventRecorder | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._snapshot: KubeSnapshot | None = None
         self._fetch_backoff = Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s)
         self._outage = Outage()
+        self.metrics = KubeMetrics()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -164,7 +182,7 @@ class KubernetesProvider:
         try:
             for group in (first, then):
                 watchers = [
-                    KindWatcher(api, self.cache, kind, namespace, options.timing, self._outage)
+                    KindWatcher(api, self.cache, kind, namespace, options.timing, self._outage, self.metrics)
                     for kind in group
                     for namespace in self._scopes(kind)
                 ]
@@ -175,9 +193,9 @@ class KubernetesProvider:
                 await self._synced(watchers)
             await self._fetch_wanted()
             self._changed.clear()
-            self._snapshot = self.cache.snapshot()
             if options.write_status:
                 self._start_status(api)
+            self._snapshot = self._take_snapshot()
         except BaseException:
             await self.stop()
             raise
@@ -186,8 +204,16 @@ class KubernetesProvider:
         options = self.options
         lease = options.lease
         if lease is not None:
-            self.elector = LeaderElector(api, lease, on_change=self._leadership)
+            if not lease.namespace:
+                lease = dataclasses.replace(lease, namespace=default_lease_namespace(api.default_namespace))
+            self.elector = LeaderElector(
+                api, lease, on_change=self._leadership, on_problem=self._changed.set, metrics=self.metrics
+            )
         elector = self.elector
+        if options.events:
+            identity = lease.identity if lease is not None else default_identity()
+            self.events = EventRecorder(api, options.controller_name, identity, self.metrics)
+            self._tasks.append(asyncio.create_task(self.events.run(), name="weir-events"))
         self.writer = StatusWriter(
             api,
             self.cache,
@@ -196,6 +222,8 @@ class KubernetesProvider:
             (lambda: elector.is_leader) if elector is not None else (lambda: True),
             Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
             self._outage,
+            self.metrics,
+            on_written=self.events.written if self.events is not None else None,
         )
         self._tasks.append(asyncio.create_task(self.writer.run(), name="weir-status-writer"))
         if elector is not None:
@@ -262,13 +290,24 @@ class KubernetesProvider:
             await asyncio.sleep(self.options.debounce_s)
             await self._fetch_wanted()
             self._changed.clear()
-            self._snapshot = self.cache.snapshot()
+            self._snapshot = self._take_snapshot()
             yield self._snapshot
 
     def write_status(self, statuses: Mapping[ObjectKey, dict[str, Any]]) -> None:
         """The statuses weir publishes now; the leader writes those that differ, in the background."""
         if self.writer is not None:
             self.writer.submit(statuses)
+
+    def _take_snapshot(self) -> KubeSnapshot:
+        """The cache's snapshot, with the provider's own problem (leader election) among its problems."""
+        snapshot = self.cache.snapshot()
+        problem = self.election_problem
+        if problem is None:
+            return snapshot
+        lease = self.elector.settings if self.elector is not None else None
+        where = f"Lease {lease.namespace}/{lease.name}" if lease is not None else None
+        extra = Problem("error", SOURCE, None, where, None, problem.partition(": ")[2] or problem)
+        return dataclasses.replace(snapshot, problems=(*snapshot.problems, extra))
 
     # ------------------------------------------------------------------ data on demand
 
@@ -305,6 +344,48 @@ class KubernetesProvider:
         if not self.options.write_status:
             return False
         return self.elector.is_leader if self.elector is not None else True
+
+    @property
+    def election_problem(self) -> str | None:
+        """Why leader election fails now (``None``: it works, or there is none)."""
+        return self.elector.problem if self.elector is not None else None
+
+    def ready_problem(self) -> str | None:
+        """Why ``/ready`` should answer 503 (only with ``unready_without_election``)."""
+        return self.election_problem if self.options.unready_without_election else None
+
+    def describe(self) -> dict[str, Any]:
+        """For ``/status``: the API server, who leads, and what is wrong with electing."""
+        elector = self.elector
+        lease = elector.settings if elector is not None else None
+        return {
+            "server": self._api.server if self._api is not None else None,
+            "writesStatus": self.leader,
+            "lease": None
+            if lease is None or elector is None
+            else {
+                "namespace": lease.namespace,
+                "name": lease.name,
+                "identity": lease.identity,
+                "holder": elector.holder,
+                "problem": elector.problem,
+            },
+        }
+
+    def collect(self) -> Iterator[MetricFamily]:
+        """The provider's metrics (a collector for ``/metrics``)."""
+        yield from self.metrics.counters()
+        yield gauge(
+            "weir_kubernetes_leader",
+            "1 while this replica holds the Lease and writes status (always 1 without leader election).",
+            {(): 1.0 if self.leader else 0.0},
+        )
+        yield gauge(
+            "weir_kubernetes_leader_election_failing",
+            "1 while the Lease cannot be read or written (its namespace missing, RBAC, the API server "
+            "away): no replica writes status; /status says why.",
+            {(): 1.0 if self.election_problem is not None else 0.0},
+        )
 
     def cache_stats(self) -> CacheStats:
         return self.cache.stats()

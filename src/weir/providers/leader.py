@@ -35,9 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from weir.providers.kube_api import LEASE, KubeApi, describe, status_code
+from weir.providers.kube_api import LEASE, KubeApi, describe, is_transient, status_code
+from weir.providers.kube_metrics import KubeMetrics, error_code
 
-__all__ = ["LeaderElector", "LeaseSettings"]
+__all__ = ["LeaderElector", "LeaseSettings", "election_problem"]
 
 log = logging.getLogger("weir.kubernetes.leader")
 
@@ -71,13 +72,51 @@ def _micro_time(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def election_problem(settings: LeaseSettings, exc: BaseException) -> str:
+    """What is wrong when the Lease cannot be read or written, and how to fix it."""
+    where = f"Lease {settings.namespace}/{settings.name}"
+    code = status_code(exc)
+    text = describe(exc)
+    if code == 404:
+        return (
+            f"{where}: the namespace {settings.namespace!r} does not exist ({text}); create it, or give "
+            "--lease-namespace (the default is $POD_NAMESPACE in a pod, else the kubeconfig context's "
+            "namespace); status is not written until then"
+        )
+    if code == 403:
+        return (
+            f"{where}: not allowed ({text}); grant get, create and update on it (deploy/leader-election.yaml "
+            "does, in weir-system, for the Lease weir-leader), or give --lease-namespace and --lease-name "
+            "that RBAC allows; status is not written until then"
+        )
+    return f"{where}: {text}; status is not written until leader election succeeds"
+
+
 class LeaderElector:
+    """Elects this replica or another (see the module docstring).
+
+    :attr:`problem` says why electing fails (the Lease's namespace missing,
+    RBAC refusing, the API server away), ``None`` while it works;
+    ``on_problem`` is called when it changes. :attr:`holder` is the holder
+    last seen in the Lease.
+    """
+
     def __init__(
-        self, api: KubeApi, settings: LeaseSettings, on_change: Callable[[bool], None] = lambda _: None
+        self,
+        api: KubeApi,
+        settings: LeaseSettings,
+        on_change: Callable[[bool], None] = lambda _: None,
+        on_problem: Callable[[], None] = lambda: None,
+        metrics: KubeMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self._metrics = metrics or KubeMetrics()
         self._api = api
         self._on_change = on_change
+        self._on_problem = on_problem
+        self.problem: str | None = None
+        self.problem_since: float | None = None  # monotonic time the current series of failures began
+        self.holder: str | None = None
         self._leading = False
         self._renewed_at = 0.0  # monotonic time of the last successful acquire or renew
         self._observed: tuple[Any, ...] | None = None  # the Lease record last seen
@@ -99,20 +138,18 @@ class LeaderElector:
         """Try to acquire, then renew, every retry period, until cancelled."""
         s = self.settings
         log.info("leader election: Lease %s/%s as %s", s.namespace, s.name, s.identity)
-        failure: str | None = None
         while True:
             try:
                 if await self._try_acquire_or_renew():
                     self._win()
                 elif self._leading:
                     self._lose("another replica holds the Lease")
-                failure = None
+                self._failed(None)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if describe(exc) != failure:  # once per kind of failure, not every retry period
-                    log.warning("leader election: Lease %s/%s: %s", s.namespace, s.name, describe(exc))
-                failure = describe(exc)
+                self._metrics.api_errors.inc(error_code(exc))
+                self._failed(exc)
             self.is_leader  # noqa: B018 - loses leadership when the renew deadline has passed
             await asyncio.sleep(self._next_try())
 
@@ -136,6 +173,25 @@ class LeaderElector:
                 "leader election: could not release Lease %s/%s: %s", s.namespace, s.name, describe(exc)
             )
 
+    def _failed(self, exc: BaseException | None) -> None:
+        """Record the outcome of a try: the problem, logged once per kind of failure (an error:
+        nothing writes status while it lasts), and once when it is over."""
+        problem = election_problem(self.settings, exc) if exc is not None else None
+        if problem == self.problem:
+            return
+        if problem is None:
+            log.info("leader election works again")
+            self.problem_since = None
+        else:
+            # The API server away is a warning (it says so once for every watch too); a Lease that
+            # cannot be had while the server answers is an error: it will not mend by itself.
+            level = logging.WARNING if exc is not None and is_transient(exc) else logging.ERROR
+            log.log(level, "leader election: %s", problem)
+            if self.problem_since is None:
+                self.problem_since = time.monotonic()
+        self.problem = problem
+        self._on_problem()
+
     def _next_try(self) -> float:
         """A retry period, or less when another holder's lease expires sooner (take over on time)."""
         period = self.settings.retry_period_s
@@ -148,6 +204,7 @@ class LeaderElector:
         if not self._leading:
             self._leading = True
             self.transitions += 1
+            self._metrics.leader_transitions.inc()
             log.info(
                 "leader election: this replica (%s) is the leader; it writes status", self.settings.identity
             )
@@ -156,7 +213,9 @@ class LeaderElector:
     def _lose(self, why: str) -> None:
         if self._leading:
             self._leading = False
-            log.warning("leader election: no longer the leader (%s); status writes stop", why)
+            # Losing the Lease is a warning; handing it back on a clean stop is what should happen.
+            level = logging.INFO if why == "stopping" else logging.WARNING
+            log.log(level, "leader election: no longer the leader (%s); status writes stop", why)
             self._on_change(False)
 
     def _observe(self, spec: dict[str, Any]) -> None:
@@ -193,10 +252,12 @@ class LeaderElector:
                     return False  # another replica created it first
                 raise
             self._observe(spec)
+            self.holder = s.identity
             return True
         spec = dict(lease.get("spec") or {})
         self._observe(spec)
         holder = spec.get("holderIdentity")
+        self.holder = str(holder) if holder else None
         held_for = float(spec.get("leaseDurationSeconds") or s.lease_duration_s)
         self._expires_at = self._observed_at + held_for if holder and holder != s.identity else None
         if self._expires_at is not None and time.monotonic() < self._expires_at:
@@ -219,4 +280,5 @@ class LeaderElector:
                 return False  # someone else wrote it since we read it
             raise
         self._observe(spec)
+        self.holder = s.identity
         return True

@@ -64,6 +64,24 @@ class Resolved:
     upstream: ir.Upstream | None
     secrets: tuple[ir.Secret, ...] = ()
     streaming: bool = False
+    #: Why the object cannot be used (``upstream`` is ``None``), for the route's own status.
+    unusable: str = ""
+
+
+def no_usable_backend(index: int, unusable: list[str], any_usable: bool, outcome: str) -> RefFailure | None:
+    """The ``ResolvedRefs=False`` of rule ``index`` when its backends all exist and none can be
+    used (``unusable`` says why, one entry per backend; ``outcome``: what requests get then).
+
+    ``BackendNotFound`` is the reason: Gateway API's route reasons have none for "exists but
+    unusable", and the XBackend spec uses this one for a reference that names an XBackend it
+    cannot use (a port that differs). Upstream conformance for an invalid BackendTLSPolicy
+    checks that such a route stays ``Accepted`` and answers 5xx; it does, and now says why."""
+    if any_usable or not unusable:
+        return None
+    return RefFailure(
+        st.R_BACKEND_NOT_FOUND,
+        f"spec.rules[{index}] has no usable backend: {'; '.join(dict.fromkeys(unusable))}; {outcome}",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +197,8 @@ class BackendResolver:
         upstream_tls: ir.UpstreamTLS | None = None
         secrets: tuple[ir.Secret, ...] = ()
         if applied is not None:
-            if applied.origination is None:
-                return Resolved(None)  # the policy says why; never plaintext instead
+            if applied.origination is None:  # the policy says why; never plaintext instead
+                return Resolved(None, unusable=_policy_refused("BackendTLSPolicy", namespace, ref.name))
             upstream_tls, secrets = applied.origination.tls, applied.origination.secrets
         app_protocol = port.app_protocol
         name = f"service/{namespace}/{ref.name}/{port.port}"
@@ -207,7 +225,9 @@ class BackendResolver:
         credential: ir.CredentialInjection | None = None
         if applied_credential is not None:
             if applied_credential.injection is None or applied_credential.secret is None:
-                return Resolved(None)  # the policy says why; never without the credential
+                # The policy says why; never without the credential.
+                why = _policy_refused("BackendCredentialPolicy", namespace, ref.name)
+                return Resolved(None, unusable=why)
             credential = applied_credential.injection
             secrets = (*secrets, applied_credential.secret)
         upstream = ir.Upstream(
@@ -288,7 +308,12 @@ class BackendResolver:
         self.credential_policies.for_xbackend(xb, gateways)
         self.mcp_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
-        return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol == "MCP")
+        why = ""
+        if verdict.upstream is None:
+            failed = next((c for c in verdict.conditions if not c[1]), None)
+            detail = f"{failed[0]}=False, {failed[2]}: {failed[3]}" if failed else "see its status"
+            why = f"XBackend {namespace}/{ref.name} is refused ({detail})"
+        return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol == "MCP", unusable=why)
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
@@ -402,6 +427,13 @@ class BackendResolver:
             if status is not None:
                 out[xb.key] = status
         return out
+
+
+def _policy_refused(policy: str, namespace: str, service: str) -> str:
+    return (
+        f"Service {namespace}/{service} cannot be used: its {policy} is not accepted "
+        "(see the policy's status)"
+    )
 
 
 def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -> XBackendVerdict:

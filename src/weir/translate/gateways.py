@@ -10,6 +10,7 @@ from typing import Any
 from weir import ir
 from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, Listener
 from weir.api.meta import ObjectKey
+from weir.features import SUPPORTED_FEATURES
 from weir.resources import Resources
 from weir.translate import status as st
 from weir.translate.certificates import CertificateProblem, listener_certificates
@@ -134,6 +135,7 @@ def accepted_classes(
     Classes naming another controller are left alone: no status is written
     for them, exactly as another implementation would expect.
 
+    ``status.supportedFeatures`` lists :data:`weir.features.SUPPORTED_FEATURES`.
     ``SupportedVersion`` is always True. The Gateway API defines it from the
     ``gateway.networking.k8s.io/bundle-version`` annotation of the installed
     CRDs, and in standalone mode there are none; in a cluster, whatever
@@ -169,8 +171,12 @@ def accepted_classes(
             "models of that version",
             gen,
         )
-        statuses[gc.key] = {"conditions": [accepted, supported]}
+        statuses[gc.key] = {"conditions": [accepted, supported], "supportedFeatures": _SUPPORTED_FEATURES}
     return names, statuses
+
+
+#: ``status.supportedFeatures`` of every GatewayClass weir accepts (:mod:`weir.features`).
+_SUPPORTED_FEATURES = [{"name": name} for name in SUPPORTED_FEATURES]
 
 
 def gateway_contexts(resources: Resources, settings: Settings, classes: set[str]) -> list[GatewayContext]:

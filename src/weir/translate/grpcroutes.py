@@ -65,7 +65,7 @@ from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate import status as st
-from weir.translate.backends import BackendResolver, RefFailure
+from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext
 from weir.translate.routes import (
     MCP_IDLE_TIMEOUT_MS,
@@ -303,6 +303,7 @@ def _resolve_rules(
 ) -> tuple[list[_Rule], RefFailure | None]:
     """Each rule's action, and the first backend reference that failed (for ``ResolvedRefs``)."""
     failure: RefFailure | None = None
+    unusable: list[str] = []  # the current rule's backends that exist but cannot be used
 
     def resolve(ref: BackendRef) -> str | None:
         nonlocal failure
@@ -315,21 +316,26 @@ def _resolve_rules(
         for secret in result.secrets:
             table.secrets[secret.name] = secret
         if result.upstream is None:
+            unusable.append(result.unusable)
             return None
         table.upstreams[result.upstream.name] = result.upstream
         return result.upstream.name
 
     rules: list[_Rule] = []
-    for rule in route.spec.rules:
+    for index, rule in enumerate(route.spec.rules):
         http_rule = _as_http_rule(rule)
         weights: dict[_BackendKey, int] = {}
+        unusable.clear()
+        usable = False
         for ref in http_rule.backend_refs:
             name = resolve(ref)
+            usable = usable or name is not None
             if ref.weight <= 0:
                 continue
             own = filters.rule_filters(ref.filters)
             key = (name, own.request_headers, own.response_headers)
             weights[key] = weights.get(key, 0) + ref.weight
+        failure = failure or no_usable_backend(index, unusable, usable, "its calls fail (UNAVAILABLE)")
         found = filters.rule_filters(http_rule.filters)
         mirrors = []
         for mirror_ref, numerator, denominator in found.mirrors:

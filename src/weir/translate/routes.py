@@ -22,7 +22,7 @@ from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate import status as st
-from weir.translate.backends import BackendResolver, RefFailure
+from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext, ListenerContext, RouteEntry
 
 Socket = tuple[str, int]
@@ -427,6 +427,8 @@ def _resolve_rules(
     reads: set[ObjectKey] = set()
     uses: set[ObjectKey] = set()
 
+    unusable: list[str] = []  # the current rule's backends that exist but cannot be used
+
     def resolve(ref: BackendRef) -> tuple[str | None, bool]:
         """The upstream name (``None``: unusable) and whether it streams; records failures."""
         nonlocal failure
@@ -444,21 +446,26 @@ def _resolve_rules(
         for secret in result.secrets:
             table.secrets[secret.name] = secret
         if result.upstream is None:
+            unusable.append(result.unusable)
             return None, False
         table.upstreams[result.upstream.name] = result.upstream
         return result.upstream.name, result.streaming
 
-    for rule in route.spec.rules:
+    for index, rule in enumerate(route.spec.rules):
         weights: dict[_BackendKey, int] = {}
         streaming = False
+        unusable.clear()
+        usable = False
         for ref in rule.backend_refs:
             upstream_name, streams = resolve(ref)
+            usable = usable or upstream_name is not None
             if ref.weight <= 0:
                 continue
             streaming = streaming or streams
             own = filters.rule_filters(ref.filters)
             key = (upstream_name, own.request_headers, own.response_headers)
             weights[key] = weights.get(key, 0) + ref.weight
+        failure = failure or no_usable_backend(index, unusable, usable, "its requests get 500")
         found = filters.rule_filters(rule.filters)
         mirrors = []
         for mirror_ref, numerator, denominator in found.mirrors:

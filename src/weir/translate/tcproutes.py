@@ -22,7 +22,7 @@ from weir.api.gateway_v1alpha2 import TCPRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
-from weir.translate.backends import BackendResolver, RefFailure
+from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext, ListenerContext
 from weir.translate.routes import (
     Refusal,
@@ -160,6 +160,7 @@ def _resolve(
     failure: RefFailure | None = None
     weights: dict[str | None, int] = {}
     for index, rule in enumerate(route.spec.rules):
+        unusable: list[str] = []
         for ref in rule.backend_refs:
             result = resolver.resolve(
                 route_kind=KIND, route_namespace=route.namespace, ref=ref, gateways=gateways
@@ -171,10 +172,14 @@ def _resolve(
                 if result.upstream is not None:
                     name = result.upstream.name
                     table.upstreams[name] = result.upstream
+                else:
+                    unusable.append(result.unusable)
                 for secret in result.secrets:
                     table.secrets[secret.name] = secret
             if index == 0 and ref.weight > 0:
                 weights[name] = weights.get(name, 0) + ref.weight
+        usable = len(unusable) < len(rule.backend_refs)
+        failure = failure or no_usable_backend(index, unusable, usable, "its connections are closed")
     return tcp_backends(weights), failure
 
 

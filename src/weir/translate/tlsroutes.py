@@ -27,7 +27,7 @@ from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
-from weir.translate.backends import BackendResolver, RefFailure
+from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext, ListenerContext
 from weir.translate.routes import (
     Refusal,
@@ -189,6 +189,7 @@ def _resolve(
     failure: RefFailure | None = None
     weights: dict[str | None, int] = {}
     passthrough_weights: dict[str | None, int] = {}
+    unusable: list[str] = []
     for ref in route.spec.rules[0].backend_refs:
         result = resolver.resolve(
             route_kind=KIND, route_namespace=route.namespace, ref=ref, gateways=gateways
@@ -199,7 +200,9 @@ def _resolve(
             failure = failure or result
         else:
             upstream = result.upstream
-            if upstream is not None:
+            if upstream is None:
+                unusable.append(result.unusable)
+            else:
                 name = upstream.name
                 table.upstreams[name] = upstream
                 if upstream.tls is None:
@@ -218,6 +221,8 @@ def _resolve(
         if ref.weight > 0:
             weights[name] = weights.get(name, 0) + ref.weight
             passthrough_weights[passthrough_name] = passthrough_weights.get(passthrough_name, 0) + ref.weight
+    usable = len(unusable) < len(route.spec.rules[0].backend_refs)
+    failure = failure or no_usable_backend(0, unusable, usable, "its connections are closed")
     return _Route(route, parents, tcp_backends(weights), tcp_backends(passthrough_weights), failure)
 
 

@@ -1,7 +1,9 @@
 """A Kubernetes API-server test double, served over real HTTP on a loopback address.
 
-No kube-apiserver runs on the machines weir is tested on, so weir's
-Kubernetes provider is tested against :class:`ApiServerDouble`: real HTTP/1.1
+weir's Kubernetes provider is tested against a real kube-apiserver in
+tests/kube, and against :class:`ApiServerDouble` for what a real one cannot be
+made to do quickly (compaction and 410 on demand, injected faults, loopback
+endpoints; tests/kube/README.md says which test uses which): real HTTP/1.1
 (``h11``) from a background thread, driven by the real ``lightkube`` client,
 with the semantics that client and a controller rely on implemented as the
 API server implements them.

@@ -7,8 +7,9 @@ real cluster; the double does no conversion (the versions weir reads have the
 same schema), it only rewrites ``apiVersion`` on the way out.
 
 :data:`DEFAULT_KINDS` is derived from :data:`weir.api.registry.MODELS` (every
-kind and version weir reads) plus ``coordination.k8s.io/v1`` Lease, so a kind
-added to the registry is served without touching this module.
+kind and version weir reads) plus ``coordination.k8s.io/v1`` Lease and
+``events.k8s.io/v1`` Event, so a kind added to the registry is served without
+touching this module.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from weir.api.meta import KubeObject
 from weir.api.registry import MODELS
 
-__all__ = ["DEFAULT_KINDS", "LEASE", "XBACKEND", "KindInfo", "guess_plural", "kinds_without"]
+__all__ = ["DEFAULT_KINDS", "EVENT", "LEASE", "XBACKEND", "KindInfo", "guess_plural", "kinds_without"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ _BUILTIN: dict[tuple[str, str], tuple[str, bool]] = {
     ("", "Endpoints"): ("endpoints", False),
     ("discovery.k8s.io", "EndpointSlice"): ("endpointslices", False),
     ("coordination.k8s.io", "Lease"): ("leases", False),
+    ("events.k8s.io", "Event"): ("events", False),
 }
 
 
@@ -105,9 +107,11 @@ def _has_status_subresource(model: type[KubeObject]) -> bool:
 
 
 LEASE = _kind_info("coordination.k8s.io/v1", "Lease", namespaced=True)
+#: The Events weir reports (weir.providers.kube_events).
+EVENT = _kind_info("events.k8s.io/v1", "Event", namespaced=True)
 XBACKEND = _kind_info("gateway.networking.x-k8s.io/v1alpha1", "XBackend", namespaced=True)
 
-#: Every kind and version weir reads (:data:`weir.api.registry.MODELS`), and Lease.
+#: Every kind and version weir reads (:data:`weir.api.registry.MODELS`), Lease and Event.
 DEFAULT_KINDS: tuple[KindInfo, ...] = (
     *(
         _kind_info(version, model.KIND, model.NAMESPACED, _has_status_subresource(model))
@@ -115,6 +119,7 @@ DEFAULT_KINDS: tuple[KindInfo, ...] = (
         for version in (model.API_VERSION, *model.ALSO_SERVED)
     ),
     LEASE,
+    EVENT,
 )
 
 

@@ -1,0 +1,39 @@
+"""weir claims a Gateway API feature (GatewayClass ``status.supportedFeatures``, weir.features)
+only when a case of this suite shows it: each listed case must exist and not be pending."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+
+from weir.features import FEATURES, SUPPORTED_FEATURES
+
+from .cases import Case
+
+MODULES = ("test_gateway", "test_httproute", "test_grpcroute", "test_tlsroute", "test_referencegrant")
+MODULES += ("test_backendtlspolicy",)
+
+
+def all_cases() -> Iterator[Case]:
+    for name in MODULES:
+        module = importlib.import_module(f"{__package__}.{name}")
+        for value in vars(module).values():
+            for item in value if isinstance(value, list | tuple) else ():
+                case = item if isinstance(item, Case) else getattr(item, "case", None)
+                if isinstance(case, Case):
+                    yield case
+
+
+def test_every_claimed_feature_is_shown_by_passing_cases() -> None:
+    cases = {case.name: case for case in all_cases()}
+    assert len(cases) > 50, "the suite's cases were not found"
+    for feature, names in FEATURES.items():
+        assert names, f"{feature}: no case shows it"
+        for name in names:
+            assert name in cases, f"{feature}: no case {name} in tests/conformance"
+            assert cases[name].pending is None, f"{feature}: case {name} is pending ({cases[name].pending})"
+
+
+def test_supported_features_are_sorted_and_named_as_upstream_names_them() -> None:
+    assert list(SUPPORTED_FEATURES) == sorted(FEATURES)
+    assert all(name[0].isupper() and name.isalnum() for name in SUPPORTED_FEATURES)
