@@ -436,7 +436,13 @@ spec:
         ),
         exchanges=(
             at(HI, "very.specific.com", "/s1", Expect(backend=V1)),
-            at(HI, "very.specific.com:1234", "/s1", Expect(backend=V1)),  # the port is not part of the name
+            # The port is not part of the name, and the backend sees the Host as sent.
+            at(
+                HI,
+                "very.specific.com:1234",
+                "/s1",
+                Expect(backend=V1, seen=Seen(host="very.specific.com:1234")),
+            ),
             at(HI, "non.matching.com", "/s1", Expect(404)),
             at(HI, "foo.nonmatchingwildcard.io", "/s1", Expect(404)),
             at(HI, "foo.wildcard.io", "/s1", Expect(404)),
@@ -1141,6 +1147,26 @@ spec:
             redirect(
                 "/scheme-https-and-port-8443",
                 Redirect(RE, "/scheme-https-and-port-8443", scheme="https", port=8443),
+            ),
+            # Suite's own: a port in the request's Host never leaks into Location; the
+            # redirect's port comes from the rule, the scheme or the listener only.
+            redirect(
+                "/scheme-nil-and-port-nil",
+                on_listener_port("example.org", "/scheme-nil-and-port-nil"),
+                host=f"{RE}:1234",
+            ),
+            redirect(
+                "/scheme-nil-and-port-80", Redirect(RE, "/scheme-nil-and-port-80", port=80), host=f"{RE}:1234"
+            ),
+            redirect(
+                "/scheme-https-and-port-nil",
+                Redirect(RE, "/scheme-https-and-port-nil", scheme="https"),
+                host=f"{RE}:1234",
+            ),
+            redirect(
+                "/scheme-https-and-port-443",
+                Redirect(RE, "/scheme-https-and-port-443", scheme="https", port=443),
+                host=f"{RE}:1234",
             ),
         ),
     ),

@@ -41,7 +41,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from google.protobuf import struct_pb2, wrappers_pb2
 
 from weir import ir
-from weir.xds import mcp
+from weir.xds import mcp, redirect_host
 from weir.xds.common import (
     CORS_FILTER,
     EGRESS_POLICY_PREFIX,
@@ -160,6 +160,9 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
             hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
             # MCP tool policies: disabled, routes to an upstream with a policy enable them (weir.xds.mcp).
             *(mcp.http_filters() if mcp_tools else ()),
+            # Disabled; redirect routes enable it so that Location never carries the
+            # port of the request's Host (weir.xds.redirect_host).
+            redirect_host.http_filter(),
             hcm_pb2.HttpFilter(
                 name="envoy.filters.http.router",
                 typed_config=pack(
@@ -189,8 +192,6 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         path_with_escaped_slashes_action=hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT,
-        # Virtual host domains carry no port; ``Host: a.example:8080`` must match ``a.example``.
-        strip_any_host_port=True,
         local_reply_config=_local_replies(mcp_tools=mcp_tools),
         # Declared here, off: Envoy passes an upgrade on only if the connection manager knows
         # its type, and then per route; routes to WebSocket upstreams turn it on (weir.xds.routes).

@@ -29,7 +29,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from weir import ir
-from weir.xds import mcp
+from weir.xds import mcp, redirect_host
 from weir.xds.common import (
     CORS_FILTER,
     TCP_EGRESS,
@@ -78,6 +78,10 @@ def route_configuration(
     return route_pb2.RouteConfiguration(
         name=listener.name,
         virtual_hosts=virtual_hosts,
+        # Virtual host domains carry no port: ``Host: a.example:8080`` picks ``a.example``,
+        # and the backend receives the Host as the client sent it (Gateway API hostname
+        # intersection). Redirects drop the Host's port (weir.xds.redirect_host).
+        ignore_port_in_host_matching=True,
         # A route may name UNRESOLVED_CLUSTER on purpose, or an upstream that is
         # still warming; neither may make Envoy reject the whole configuration.
         validate_clusters=wrappers_pb2.BoolValue(value=False),
@@ -118,6 +122,9 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         return out
     if isinstance(route.action, ir.Redirect):
         out.redirect.CopyFrom(_redirect(route.name, route.action, route.match))
+        out.typed_per_filter_config[redirect_host.REDIRECT_HOST_FILTER].CopyFrom(
+            redirect_host.per_route_config()
+        )
         return out
 
     forward = route.action
@@ -345,7 +352,7 @@ _REDIRECT_CODES = {
 
 def _redirect(name: str, redirect: ir.Redirect, match: ir.RouteMatch) -> Any:
     """A redirect. With no port of its own, Envoy writes the Host header's, which the
-    connection manager has stripped (``strip_any_host_port``): ``None`` writes none."""
+    route's redirect-host filter has removed (:mod:`weir.xds.redirect_host`): ``None`` writes none."""
     if redirect.status not in _REDIRECT_CODES:
         raise ValueError(f"route {name!r}: redirect status {redirect.status}")
     out = route_components_pb2.RedirectAction(response_code=_REDIRECT_CODES[redirect.status])
