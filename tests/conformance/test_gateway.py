@@ -289,6 +289,56 @@ INVALID_TLS_REFS = {
 
 CASES = [
     Case(
+        "GatewayInvalidParametersRef",
+        # The upstream manifest names a group and kind no implementation reads; the suite's own
+        # second Gateway names a kind weir does know (its GatewayClassConfig) but cannot use per
+        # Gateway, and a third one carries only labels and annotations, which weir accepts.
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-invalid-parameters-ref, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  infrastructure:
+    parametersRef: {group: invalid.io, kind: InvalidParameters, name: invalid}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-class-config-as-parameters, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  infrastructure:
+    parametersRef: {group: weir.dev, kind: GatewayClassConfig, name: default}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-infrastructure-metadata, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  infrastructure:
+    labels: {label-key: label-value}
+    annotations: {annotation-key: annotation-value}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+""",
+        statuses=(
+            GatewayStatus(
+                "gateway-invalid-parameters-ref",
+                conditions={"Accepted": ("False", "InvalidParameters"), "Programmed": ("False", "Invalid")},
+            ),
+            GatewayStatus(
+                "gateway-class-config-as-parameters",
+                conditions={"Accepted": ("False", "InvalidParameters"), "Programmed": ("False", "Invalid")},
+            ),
+            GatewayStatus(
+                "gateway-infrastructure-metadata",
+                conditions={"Accepted": "True", "Programmed": "True"},
+                listeners={"http": ListenerStatus(LISTENER_OK, attached=0, kinds=("HTTPRoute",))},
+            ),
+        ),
+    ),
+    Case(
         "GatewayInvalidRouteKinds",
         """
 apiVersion: gateway.networking.k8s.io/v1

@@ -146,10 +146,30 @@ class GatewayAddress(Model):
     value: str = Field(min_length=1, max_length=253)
 
 
+class LocalParametersReference(Model):
+    """``spec.infrastructure.parametersRef``: an object in the Gateway's namespace configuring it."""
+
+    group: Group
+    kind: Kind
+    name: str = Field(min_length=1, max_length=253)
+
+
+class GatewayInfrastructure(Model):
+    """``spec.infrastructure``: labels and annotations for what the implementation creates for the
+    Gateway, and parameters of its own. weir creates nothing per Gateway (the labels and
+    annotations have nowhere to go) and reads no per-Gateway parameters (see
+    :mod:`weir.translate.gateways` for the ``InvalidParameters`` refusal)."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    parameters_ref: LocalParametersReference | None = None
+
+
 class GatewaySpec(Model):
     gateway_class_name: ObjectName
     listeners: tuple[Listener, ...] = Field(min_length=1, max_length=64)
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
+    infrastructure: GatewayInfrastructure | None = None
     #: ``spec.tls`` (frontend client certificate validation, backend client certificate), kept
     #: as written: weir implements neither, and refuses what it would otherwise silently skip.
     tls: dict[str, Any] | None = None

@@ -361,6 +361,10 @@ def covers(hostname: str | None, name: str) -> bool:
 def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> GatewayContext:
     gen = gw.metadata.generation
     ctx = GatewayContext(gateway=gw)
+    refused = _refused_parameters(gw)
+    if refused is not None:
+        ctx.conditions.append(st.condition(st.ACCEPTED, False, st.R_INVALID_PARAMETERS, refused, gen))
+        return ctx
     addresses: list[str] = []
     unsupported: list[str] = []
     for addr in gw.spec.addresses:
@@ -389,6 +393,26 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
     for spec in gw.spec.listeners:
         ctx.listeners.append(_listener_context(resources, gw, spec, ctx.addresses))
     return ctx
+
+
+def _refused_parameters(gw: Gateway) -> str | None:
+    """Why the Gateway's ``spec.infrastructure.parametersRef`` refuses it, or ``None`` without one.
+
+    weir has no per-Gateway parameters kind (its GatewayClassConfig configures
+    a class, through the GatewayClass's ``parametersRef``), so any reference
+    is one it cannot use. The Gateway API asks for the Gateway to be refused
+    rather than served without the configuration its author asked for.
+    """
+    infrastructure = gw.spec.infrastructure
+    ref = infrastructure.parameters_ref if infrastructure is not None else None
+    if ref is None:
+        return None
+    named = f"{ref.kind} {ref.name!r} ({ref.group or 'core'})"
+    return (
+        f"spec.infrastructure.parametersRef names {named}; weir reads no per-Gateway parameters "
+        "(a GatewayClassConfig configures the whole class, through the GatewayClass's parametersRef). "
+        "Remove spec.infrastructure.parametersRef"
+    )
 
 
 def published_addresses(resources: Resources, settings: Settings) -> tuple[tuple[str, str], ...] | None:
@@ -433,7 +457,7 @@ def _address_type(value: str) -> str:
 def _gateway_accepted(ctx: GatewayContext) -> None:
     """Append the Gateway's ``Accepted`` condition once its listeners are settled."""
     if not ctx.addresses:
-        return  # already refused (unsupported addresses)
+        return  # already refused (parameters, unsupported addresses)
     gen = ctx.gateway.metadata.generation
     valid = [lc for lc in ctx.listeners if lc.valid]
     if all(lc.served for lc in ctx.listeners):
