@@ -11,6 +11,7 @@ import pytest
 from weir.api import registry
 from weir.api.core_v1 import Namespace, Secret, Service
 from weir.api.gateway_v1 import GatewayClass, HTTPRoute
+from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.meta import ObjectKey
 from weir.loader import (
     Loaded,
@@ -89,6 +90,14 @@ spec:
 TLSROUTE = """\
 apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
+metadata:
+  name: db
+  namespace: infra
+spec:
+"""
+TCPROUTE_V1 = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
 metadata:
   name: db
   namespace: infra
@@ -466,6 +475,12 @@ INVALID: list[tuple[str, str, list[str]]] = [
         "api-version-and-name-missing",
         "kind: Service\nmetadata: {namespace: apps}\n",
         ["case.yaml:6: apiVersion: Required value", "case.yaml:6: metadata.name: Required value"],
+    ),
+    (
+        # TCPRoute v1 (Gateway API v1.6 standard) has exactly one rule; v1alpha2 allowed 16.
+        "tcproute-v1-two-rules",
+        TCPROUTE_V1 + "  rules:\n  - backendRefs: [{name: a, port: 1}]\n  - backendRefs: [{name: b, port: 1}]\n",
+        ["case.yaml:6: TCPRoute infra/db: spec.rules: Too many: 2: must have at most 1 items"],
     ),
     (
         "name-not-a-string",
@@ -922,3 +937,16 @@ def test_gc_paused_freezes_what_a_big_block_made_only_when_asked() -> None:
         assert len(kept) + len(small) + len(big) > 0
     finally:
         gc.unfreeze()
+
+
+def test_tcproute_v1alpha2_still_reads_with_its_own_schema() -> None:
+    """Folders written for Gateway API before v1.6 keep working: ``v1alpha2`` allows several rules."""
+    text = TCPROUTE_V1.replace("/v1\n", "/v1alpha2\n", 1) + (
+        "  rules:\n  - backendRefs: [{name: a, port: 1}]\n  - backendRefs: [{name: b, port: 1}]\n"
+    )
+    objects, problems = load_text(text, "case.yaml")
+    assert problems == []
+    [loaded] = objects
+    assert isinstance(loaded.object, TCPRoute)
+    assert loaded.object.api_version == "gateway.networking.k8s.io/v1alpha2"
+    assert len(loaded.object.spec.rules) == 2

@@ -8,8 +8,8 @@ from weir.api import (
     gateway_v1,
     gateway_v1_backendtlspolicy,
     gateway_v1_grpcroute,
+    gateway_v1_tcproute,
     gateway_v1_tlsroute,
-    gateway_v1alpha2,
     gateway_v1beta1,
     weir_policies_v1alpha1,
     weir_v1alpha1,
@@ -28,7 +28,7 @@ MODELS: tuple[type[KubeObject], ...] = (
     gateway_v1.GatewayClass,
     gateway_v1.Gateway,
     gateway_v1.HTTPRoute,
-    gateway_v1alpha2.TCPRoute,
+    gateway_v1_tcproute.TCPRoute,
     gateway_v1_tlsroute.TLSRoute,
     gateway_v1beta1.ReferenceGrant,
     xbackend_v1alpha1.XBackend,
@@ -38,8 +38,12 @@ MODELS: tuple[type[KubeObject], ...] = (
     gateway_v1_grpcroute.GRPCRoute,
 )
 
+#: Older versions of a kind in :data:`MODELS` whose schema differs from the current one's, read
+#: from files only (a cluster serves the current version, which is the one weir watches).
+OLDER_VERSIONS: tuple[type[KubeObject], ...] = (gateway_v1_tcproute.TCPRouteV1Alpha2,)
+
 _BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {
-    (version, m.KIND): m for m in MODELS for version in (m.API_VERSION, *m.ALSO_SERVED)
+    (version, m.KIND): m for m in (*MODELS, *OLDER_VERSIONS) for version in (m.API_VERSION, *m.ALSO_SERVED)
 }
 _KINDS: dict[str, type[KubeObject]] = {m.KIND: m for m in MODELS}
 

@@ -49,8 +49,8 @@ from typing import Any
 
 from weir import ir
 from weir.api.discovery_v1 import EndpointSlice
+from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
-from weir.api.gateway_v1alpha2 import TCPRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, routed_listener

@@ -18,7 +18,7 @@ from typing import Any
 
 from weir import ir
 from weir.api.gateway_v1 import GROUP, ParentReference
-from weir.api.gateway_v1alpha2 import TCPRoute
+from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
