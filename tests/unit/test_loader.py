@@ -479,7 +479,8 @@ INVALID: list[tuple[str, str, list[str]]] = [
     (
         # TCPRoute v1 (Gateway API v1.6 standard) has exactly one rule; v1alpha2 allowed 16.
         "tcproute-v1-two-rules",
-        TCPROUTE_V1 + "  rules:\n  - backendRefs: [{name: a, port: 1}]\n  - backendRefs: [{name: b, port: 1}]\n",
+        TCPROUTE_V1 + "  rules:\n  - backendRefs: [{name: a, port: 1}]\n"
+        "  - backendRefs: [{name: b, port: 1}]\n",
         ["case.yaml:6: TCPRoute infra/db: spec.rules: Too many: 2: must have at most 1 items"],
     ),
     (
