@@ -383,6 +383,23 @@ class HttpsServer:
     server_names: tuple[str, ...]
     certificates: tuple[str, ...]
     virtual_hosts: tuple[VirtualHost, ...]
+    #: Client certificates asked for and checked during the handshake; ``None``: none asked.
+    client_validation: ClientValidation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientValidation:
+    """How an HTTPS server validates the certificates of its clients.
+
+    Clients are asked for a certificate that chains to ``trusted_ca`` (the
+    name of a :class:`TrustedCA` secret). ``required``: a client without one,
+    or with one that does not chain, fails the handshake. Otherwise every
+    client gets through and the backend decides (the Gateway API's
+    ``AllowInsecureFallback``).
+    """
+
+    trusted_ca: str
+    required: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,6 +118,9 @@ class Request:
     sni: str | None = None
     http2: bool = False
     body: bytes | None = None
+    #: With ``scheme="https"``: the client certificate presented (a key of
+    #: :data:`~tests.conformance.harness.CLIENT_CERTIFICATES`), or none.
+    client_cert: str | None = None
 
     def describe(self) -> str:
         extra = f" headers={list(self.headers)}" if self.headers else ""

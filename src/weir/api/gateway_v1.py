@@ -165,14 +165,73 @@ class GatewayInfrastructure(Model):
     parameters_ref: LocalParametersReference | None = None
 
 
+class ObjectReference(Model):
+    """A reference to an object of any kind, in the referrer's namespace unless ``namespace`` says."""
+
+    group: Group
+    kind: Kind
+    name: ObjectName
+    namespace: Namespace | None = None
+
+
+class FrontendTLSValidation(Model):
+    """How client certificates are validated: trust anchors, and whether failing clients still get in."""
+
+    ca_certificate_refs: tuple[ObjectReference, ...] = Field(
+        min_length=1, max_length=8, json_schema_extra={"x-kubernetes-list-type": "atomic"}
+    )
+    mode: Literal["AllowValidOnly", "AllowInsecureFallback"] = "AllowValidOnly"
+
+
+class FrontendTLSSettings(Model):
+    """``TLSConfig`` upstream: what applies to the HTTPS listeners of a port (or of every port)."""
+
+    validation: FrontendTLSValidation | None = None
+
+
+class FrontendTLSPort(Model):
+    """``TLSPortConfig`` upstream: the settings of the HTTPS listeners on ``port``."""
+
+    port: PortNumber
+    tls: FrontendTLSSettings
+
+
+class FrontendTLSConfig(Model):
+    """``spec.tls.frontend``: client certificate validation on HTTPS listeners, by port."""
+
+    default: FrontendTLSSettings
+    per_port: tuple[FrontendTLSPort, ...] = Field(default=(), max_length=64)
+
+    @model_validator(mode="after")
+    def _unique_ports(self) -> FrontendTLSConfig:
+        ports = [p.port for p in self.per_port]
+        if len(ports) != len(set(ports)):
+            raise ValueError("Port for TLS configuration must be unique within the Gateway")
+        return self
+
+    def for_port(self, port: int) -> FrontendTLSSettings:
+        """The settings of the HTTPS listeners on ``port``: its own entry, else the default."""
+        for entry in self.per_port:
+            if entry.port == port:
+                return entry.tls
+        return self.default
+
+
+class GatewaySpecTLS(Model):
+    """``spec.tls`` (``GatewayTLSConfig`` upstream). ``backend`` (a client certificate the
+    Gateway presents to backends) is kept as written and not implemented: upstream clusters
+    are shared by every Gateway, so a per-Gateway client certificate has no place yet."""
+
+    frontend: FrontendTLSConfig | None = None
+    backend: dict[str, Any] | None = None
+
+
 class GatewaySpec(Model):
     gateway_class_name: ObjectName
     listeners: tuple[Listener, ...] = Field(min_length=1, max_length=64)
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
     infrastructure: GatewayInfrastructure | None = None
-    #: ``spec.tls`` (frontend client certificate validation, backend client certificate), kept
-    #: as written: weir implements neither, and refuses what it would otherwise silently skip.
-    tls: dict[str, Any] | None = None
+    tls: GatewaySpecTLS | None = None
 
     @model_validator(mode="after")
     def _unique_listener_names(self) -> GatewaySpec:

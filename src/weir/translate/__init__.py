@@ -151,9 +151,12 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
             if lc.family == "HTTP":
                 for sock in lc.sockets:
                     http_sockets.setdefault(sock, []).append(lc)
-            for cert in lc.certificates:
-                table.secrets[cert.name] = cert
-                other.secrets[cert.name] = cert
+            listener_secrets: list[ir.Secret] = [*lc.certificates]
+            if lc.client_validation is not None:
+                listener_secrets.append(lc.client_validation.bundle)
+            for secret in listener_secrets:
+                table.secrets[secret.name] = secret
+                other.secrets[secret.name] = secret
 
     listeners = tuple(
         _tcp_listener(sock, table)

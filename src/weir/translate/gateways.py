@@ -12,8 +12,10 @@ from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, Listener
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
+from weir.translate import frontendtls
 from weir.translate.certificates import CertificateProblem, listener_certificates
 from weir.translate.egress import class_config
+from weir.translate.frontendtls import ClientCAProblem, ClientValidation
 from weir.translate.settings import Settings
 
 #: Route kinds a listener of each protocol can carry, today.
@@ -74,6 +76,10 @@ class ListenerContext:
     unsupported: str | None = None
     certificates: tuple[ir.TlsCertificate, ...] = ()
     certificate_problem: CertificateProblem | None = None
+    #: HTTPS only: how clients' certificates are validated (the Gateway's ``spec.tls.frontend``
+    #: for this port), or why they cannot be; either way the listener owns its server name.
+    client_validation: ClientValidation | None = None
+    client_ca_problem: ClientCAProblem | None = None
     #: Listeners on the same socket whose TLS hostnames overlap this one's (``OverlappingTLSConfig``).
     overlapping: list[str] = field(default_factory=list)
     #: The HTTP routes attached to this listener, by domain (filled by route translation); what
@@ -113,7 +119,7 @@ class ListenerContext:
     @property
     def served(self) -> bool:
         """Accepted and usable: it is in the data plane."""
-        return self.valid and self.certificate_problem is None
+        return self.valid and self.certificate_problem is None and self.client_ca_problem is None
 
 
 @dataclass
@@ -496,16 +502,17 @@ def _listener_context(
     refused = []
     if spec.tls is not None and spec.tls.options:
         refused.append(f"tls.options ({', '.join(sorted(spec.tls.options))}): weir supports no TLS options")
-    frontend = (gw.spec.tls or {}).get("frontend")
-    if lc.protocol == "HTTPS" and frontend:
-        refused.append(
-            "the Gateway's spec.tls.frontend (client certificate validation): weir cannot validate "
-            "client certificates yet, and does not serve HTTPS without the validation asked for"
-        )
     if refused:
         lc.valid = False
         lc.unsupported = "; ".join(refused)
         return lc
+    validation = frontendtls.validation_for(gw, spec.port) if lc.protocol == "HTTPS" else None
+    if validation is not None:
+        resolved = frontendtls.client_validation(resources, gw, validation)
+        if isinstance(resolved, ClientCAProblem):
+            lc.client_ca_problem = resolved
+        else:
+            lc.client_validation = resolved
     found = listener_certificates(resources, gw, spec.tls)
     if isinstance(found, CertificateProblem):
         lc.certificate_problem = found
@@ -544,6 +551,17 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
                 "conditions": _listener_conditions(lc, gen),
             }
         )
+    if frontendtls.insecure_fallback(ctx.gateway):
+        conditions.append(
+            st.condition(
+                st.INSECURE_FRONTEND_VALIDATION_MODE,
+                True,
+                st.R_CONFIGURATION_CHANGED,
+                "spec.tls.frontend uses AllowInsecureFallback: HTTPS clients without a valid "
+                "certificate are let in, and backends must authorize them",
+                gen,
+            )
+        )
     status: dict[str, Any] = {"conditions": conditions, "listeners": listeners}
     if ctx.published is not None:
         status["addresses"] = [{"type": kind, "value": value} for kind, value in ctx.published]
@@ -576,21 +594,31 @@ def _listener_conditions(lc: ListenerContext, gen: int) -> list[st.Condition]:
             )
             accepted = st.condition(st.ACCEPTED, False, st.R_UNSUPPORTED_PROTOCOL, message, gen)
         return [accepted, not_accepted, no_refs]
-    conds = [st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Listener is valid", gen)]
+    accepted = st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Listener is valid", gen)
+    programmed = st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen)
     problems: list[tuple[str, str]] = []
-    if lc.certificate_problem is not None:
-        problems.append((lc.certificate_problem.reason, lc.certificate_problem.message))
-        conds.append(
-            st.condition(
-                st.PROGRAMMED,
-                False,
-                st.R_INVALID,
-                "The listener serves nothing until its certificates resolve; see ResolvedRefs",
-                gen,
-            )
+    if lc.client_ca_problem is not None:
+        problem = lc.client_ca_problem
+        problems.append((problem.reason, problem.message))
+        accepted = st.condition(
+            st.ACCEPTED,
+            False,
+            st.R_NO_VALID_CA_CERTIFICATE,
+            "Client certificates cannot be validated as spec.tls.frontend asks: the listener serves "
+            "nothing rather than let clients in unchecked; see ResolvedRefs",
+            gen,
         )
-    else:
-        conds.append(st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen))
+        programmed = st.condition(st.PROGRAMMED, False, st.R_INVALID, "The listener is not accepted", gen)
+    elif lc.certificate_problem is not None:
+        problems.append((lc.certificate_problem.reason, lc.certificate_problem.message))
+        programmed = st.condition(
+            st.PROGRAMMED,
+            False,
+            st.R_INVALID,
+            "The listener serves nothing until its certificates resolve; see ResolvedRefs",
+            gen,
+        )
+    conds = [accepted, programmed]
     wanted = [f"{k.group}/{k.kind}" for k in lc.spec.allowed_routes.kinds]
     invalid = [w for w in wanted if w.split("/", 1)[1] not in lc.kinds or not w.startswith(GROUP + "/")]
     if invalid:

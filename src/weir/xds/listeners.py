@@ -381,7 +381,7 @@ def tls_listener(
                 )
             ],
         )
-        _terminate_tls(chain, server.certificates, alpn=HTTPS_ALPN)
+        _terminate_tls(chain, server.certificates, alpn=HTTPS_ALPN, clients=server.client_validation)
         chains.append(chain)
     for relay in sorted(listener.relays, key=lambda x: x.name):
         proxy = _tcp_proxy(
@@ -419,11 +419,20 @@ def _server_name_match(server_names: tuple[str, ...]) -> Any:
     )
 
 
-def _terminate_tls(chain: Any, certificates: tuple[str, ...], *, alpn: tuple[str, ...]) -> None:
+def _terminate_tls(
+    chain: Any,
+    certificates: tuple[str, ...],
+    *,
+    alpn: tuple[str, ...],
+    clients: ir.ClientValidation | None = None,
+) -> None:
     """Give ``chain`` a TLS transport socket presenting ``certificates`` (SDS), TLS 1.2 to 1.3.
 
     With several certificates, Envoy presents the one whose names match the
-    client's server name (exact before wildcard), else the first.
+    client's server name (exact before wildcard), else the first. With
+    ``clients``, clients are asked for a certificate that chains to its
+    trusted CA (over SDS); a required one fails the handshake when missing
+    or untrusted, an optional one (``ACCEPT_UNTRUSTED``) never does.
     """
     common = tls_pb2.CommonTlsContext(
         tls_params=common_pb2.TlsParameters(
@@ -433,7 +442,16 @@ def _terminate_tls(chain: Any, certificates: tuple[str, ...], *, alpn: tuple[str
         tls_certificate_sds_secret_configs=[sds(name) for name in certificates],
         alpn_protocols=list(alpn),
     )
+    context = tls_pb2.DownstreamTlsContext(common_tls_context=common)
+    if clients is not None:
+        combined = context.common_tls_context.combined_validation_context  # the context holds a copy
+        combined.validation_context_sds_secret_config.CopyFrom(sds(clients.trusted_ca))
+        combined.default_validation_context.SetInParent()  # required by Envoy, even when empty
+        # Explicit either way: Envoy warns that its default (not required) will change.
+        context.require_client_certificate.value = clients.required
+        if not clients.required:
+            combined.default_validation_context.trust_chain_verification = (
+                common_pb2.CertificateValidationContext.ACCEPT_UNTRUSTED
+            )
     chain.transport_socket.name = "envoy.transport_sockets.tls"
-    chain.transport_socket.typed_config.CopyFrom(
-        pack(tls_pb2.DownstreamTlsContext(common_tls_context=common))
-    )
+    chain.transport_socket.typed_config.CopyFrom(pack(context))
