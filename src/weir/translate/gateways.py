@@ -11,8 +11,8 @@ from weir import ir
 from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, Listener
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
-from weir.translate import status as st
 from weir.translate import frontendtls
+from weir.translate import status as st
 from weir.translate.certificates import CertificateProblem, listener_certificates
 from weir.translate.egress import class_config
 from weir.translate.frontendtls import ClientCAProblem, ClientValidation
