@@ -225,6 +225,24 @@ class Forward:
     rewrite: Rewrite | None = None
     mirrors: tuple[Mirror, ...] = ()
     unresolved_status: Literal[500, 503] = 500
+    session: SessionAffinity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAffinity:
+    """Requests of one session go to the endpoint that served its first request.
+
+    ``kind`` ``cookie``: the gateway sets cookie ``name`` (path ``/``) naming
+    that endpoint, for ``ttl_s`` seconds (``0``: a session cookie, without
+    ``Max-Age`` or ``Expires``), and clients send it back. ``header``: the
+    gateway adds header ``name`` to responses and clients send it back. A
+    session whose endpoint is gone continues on another one. Sessions pin an
+    endpoint within a backend, not the choice among weighted backends.
+    """
+
+    kind: Literal["cookie", "header"]
+    name: str
+    ttl_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)

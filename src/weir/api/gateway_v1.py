@@ -591,6 +591,34 @@ def _replaces_prefix(filters: tuple[HTTPRouteFilter, ...], kind: str) -> bool:
     return found == 1
 
 
+class CookieConfig(Model):
+    """``sessionPersistence.cookieConfig``: a session cookie (gone with the browser) or a permanent one."""
+
+    lifetime_type: Literal["Permanent", "Session"] = "Session"
+
+
+class SessionPersistence(Model):
+    """A rule's ``sessionPersistence``: requests of one session go to the endpoint that served the first.
+
+    The session is carried in a cookie weir sets (``Cookie``) or in a header
+    the backend hands out and clients send back (``Header``), named
+    ``sessionName``. ``absoluteTimeout`` bounds a permanent cookie's life.
+    """
+
+    session_name: str | None = Field(default=None, max_length=128)
+    absolute_timeout: Duration | None = None
+    idle_timeout: Duration | None = None
+    type: Literal["Cookie", "Header"] = "Cookie"
+    cookie_config: CookieConfig | None = None
+
+    @model_validator(mode="after")
+    def _permanent_needs_timeout(self) -> Self:
+        permanent = self.cookie_config is not None and self.cookie_config.lifetime_type == "Permanent"
+        if permanent and self.absolute_timeout is None:
+            raise ValueError("AbsoluteTimeout must be specified when cookie lifetimeType is Permanent")
+        return self
+
+
 class HTTPRouteRule(Model):
     name: SectionName | None = None
     matches: tuple[HTTPRouteMatch, ...] = Field(default=(HTTPRouteMatch(),), max_length=64)
@@ -598,7 +626,7 @@ class HTTPRouteRule(Model):
     backend_refs: tuple[HTTPBackendRef, ...] = Field(default=(), max_length=16)
     timeouts: HTTPRouteTimeouts | None = None
     retry: HTTPRouteRetry | None = None
-    session_persistence: dict[str, Any] | None = None
+    session_persistence: SessionPersistence | None = None
 
     @model_validator(mode="after")
     def _filters_fit_rule(self) -> Self:

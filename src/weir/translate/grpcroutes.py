@@ -320,7 +320,7 @@ def _resolve_rules(
         return result.upstream.name
 
     rules: list[_Rule] = []
-    for rule in route.spec.rules:
+    for ri, rule in enumerate(route.spec.rules):
         http_rule = _as_http_rule(rule)
         weights: dict[_BackendKey, int] = {}
         for ref in http_rule.backend_refs:
@@ -351,6 +351,9 @@ def _resolve_rules(
                 request_headers=found.request_headers,
                 mirrors=tuple(mirrors),
                 unresolved_status=UNAVAILABLE,
+                session=filters.session_affinity(
+                    rule.session_persistence, f"grpcroute/{route.namespace}/{route.name}/rule/{ri}"
+                ),
             )
         rules.append(_Rule(action, found.response_headers))
     return rules, failure

@@ -448,7 +448,7 @@ def _resolve_rules(
         table.upstreams[result.upstream.name] = result.upstream
         return result.upstream.name, result.streaming
 
-    for rule in route.spec.rules:
+    for ri, rule in enumerate(route.spec.rules):
         weights: dict[_BackendKey, int] = {}
         streaming = False
         for ref in rule.backend_refs:
@@ -474,7 +474,10 @@ def _resolve_rules(
                 request_ms=0 if streaming else request_timeout_ms,
                 idle_ms=MCP_IDLE_TIMEOUT_MS if streaming else ir.DEFAULT_IDLE_TIMEOUT_MS,
             )
-            action = _action(weights, timing, found, tuple(mirrors))
+            session = filters.session_affinity(
+                rule.session_persistence, f"httproute/{route.namespace}/{route.name}/rule/{ri}"
+            )
+            action = _action(weights, timing, found, tuple(mirrors), session)
         rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
     named, resolved = frozenset(reads), frozenset(uses)
     # Usually the same backends (all resolved): one set, not two, for each of 10,000 routes.
@@ -493,6 +496,7 @@ def _action(
     timing: filters.Timing,
     found: filters.RuleFilters,
     mirrors: tuple[ir.Mirror, ...],
+    session: ir.SessionAffinity | None,
 ) -> ir.RouteAction:
     """Forward by weight; 500 when nothing is usable (no refs, all invalid, or all weight 0).
 
@@ -518,6 +522,7 @@ def _action(
         request_headers=found.request_headers,
         rewrite=found.rewrite,
         mirrors=mirrors,
+        session=session,
     )
 
 

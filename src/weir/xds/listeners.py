@@ -41,7 +41,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from google.protobuf import struct_pb2, wrappers_pb2
 
 from weir import ir
-from weir.xds import mcp, redirect_host
+from weir.xds import mcp, redirect_host, session
 from weir.xds.common import (
     CORS_FILTER,
     EGRESS_POLICY_PREFIX,
@@ -163,6 +163,8 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
             # Disabled; redirect routes enable it so that Location never carries the
             # port of the request's Host (weir.xds.redirect_host).
             redirect_host.http_filter(),
+            # Disabled; routes with session persistence enable it (weir.xds.session).
+            session.http_filter(),
             hcm_pb2.HttpFilter(
                 name="envoy.filters.http.router",
                 typed_config=pack(

@@ -29,7 +29,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from weir import ir
-from weir.xds import mcp, redirect_host
+from weir.xds import mcp, redirect_host, session
 from weir.xds.common import (
     CORS_FILTER,
     TCP_EGRESS,
@@ -151,6 +151,10 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         # A split with other upstreams too: they answer an upgrade request as they see fit.
         action.upgrade_configs.add(upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=True))
     _forward_extras(route, forward, out, upstreams)
+    if forward.session is not None:
+        out.typed_per_filter_config[session.SESSION_FILTER].CopyFrom(
+            session.per_route_config(forward.session)
+        )
     rewrite_host = forward.rewrite.hostname if forward.rewrite is not None else None
     if rewrite_host is not None:
         action.host_rewrite_literal = rewrite_host
