@@ -68,6 +68,10 @@ class GatewayStatus:
     #: When set, ``status.addresses`` must hold exactly these values.
     addresses: tuple[str, ...] | None = None
     generation: int | None = None
+    #: ``ListenerSet``: the same checks of a ListenerSet's status (it has the Gateway's shape).
+    kind: str = "Gateway"
+    #: When set, ``status.attachedListenerSets`` must be this.
+    attached_listener_sets: int | None = None
 
 
 @dataclass(frozen=True)

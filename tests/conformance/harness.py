@@ -522,6 +522,10 @@ class Conformance:
             for listener in spec.get("listeners") or []:
                 if isinstance(listener.get("port"), int):
                     listener["port"] = self.listener_port(listener["port"])
+        elif kind == "ListenerSet":
+            for listener in spec.get("listeners") or []:
+                if isinstance(listener.get("port"), int):
+                    listener["port"] = self.listener_port(listener["port"])
         elif kind in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"):
             for ref in spec.get("parentRefs") or []:
                 if isinstance(ref.get("port"), int):
@@ -638,13 +642,18 @@ class Conformance:
         _check_conditions(what, entries[0]["conditions"], check.conditions, check.generation)
 
     def _check_gateway(self, check: GatewayStatus) -> None:
-        what = f"Gateway {check.namespace}/{check.name}"
-        found = self.status("Gateway", check.namespace, check.name)
+        what = f"{check.kind} {check.namespace}/{check.name}"
+        found = self.status(check.kind, check.namespace, check.name)
         assert found is not None, f"{what} has no status"
         _check_conditions(what, found.get("conditions") or [], check.conditions, check.generation)
         if check.addresses is not None:
             values = tuple(a.get("value") for a in found.get("addresses") or [])
             assert values == check.addresses, f"{what}: status.addresses {values}, want {check.addresses}"
+        if check.attached_listener_sets is not None:
+            got = found.get("attachedListenerSets")
+            assert got == check.attached_listener_sets, (
+                f"{what}: attachedListenerSets {got}, want {check.attached_listener_sets}"
+            )
         listeners = {entry["name"]: entry for entry in found.get("listeners") or []}
         if check.only_listeners is not None:
             assert sorted(listeners) == sorted(check.only_listeners), (

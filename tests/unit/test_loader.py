@@ -951,3 +951,26 @@ def test_tcproute_v1alpha2_still_reads_with_its_own_schema() -> None:
     assert isinstance(loaded.object, TCPRoute)
     assert loaded.object.api_version == "gateway.networking.k8s.io/v1alpha2"
     assert len(loaded.object.spec.rules) == 2
+
+
+def test_listenerset_listener_rules_are_the_gateways() -> None:
+    """A ListenerSet's listeners follow the CRD's rules: unique names, tls by protocol, and the
+    port/protocol/hostname combination unique with protocols compared case-insensitively."""
+    head = (
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: s, namespace: a}\n"
+        "spec:\n  parentRef: {name: gw}\n  listeners:\n"
+    )
+    cases = {
+        "  - {name: a, port: 80, protocol: HTTP}\n  - {name: a, port: 81, protocol: HTTP}\n": (
+            "Listener name must be unique within the Gateway"
+        ),
+        "  - {name: a, port: 80, protocol: HTTP}\n  - {name: b, port: 80, protocol: http}\n": (
+            "Combination of port, protocol and hostname must be unique for each listener"
+        ),
+        "  - {name: a, port: 80, protocol: HTTP, tls: {certificateRefs: [{name: c}]}}\n": (
+            "tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']"
+        ),
+    }
+    for listeners, message in cases.items():
+        _, problems = load_text(head + listeners, "case.yaml")
+        assert [message in str(p) for p in problems] == [True], (listeners, strs(problems))

@@ -226,21 +226,43 @@ class GatewaySpecTLS(Model):
     backend: dict[str, Any] | None = None
 
 
+class ListenerNamespaces(Model):
+    """``spec.allowedListeners.namespaces``: where ListenerSets may attach from (none by default)."""
+
+    from_: Literal["All", "Selector", "Same", "None"] = Field(default="None", alias="from")
+    selector: LabelSelector | None = None
+
+
+class AllowedListeners(Model):
+    """``spec.allowedListeners``: which ListenerSets may add listeners to the Gateway."""
+
+    namespaces: ListenerNamespaces = ListenerNamespaces()
+
+
+def unique_listeners(listeners: tuple[Listener, ...], *, fold_case: bool) -> None:
+    """The upstream CRDs' uniqueness rules over a list of listeners; ``fold_case``: protocols compared
+    case-insensitively (ListenerSet's rule does, the Gateway's does not)."""
+    names = [listener.name for listener in listeners]
+    if len(names) != len(set(names)):
+        raise ValueError("Listener name must be unique within the Gateway")
+    combos = [
+        (lst.port, lst.protocol.lower() if fold_case else lst.protocol, lst.hostname) for lst in listeners
+    ]
+    if len(combos) != len(set(combos)):
+        raise ValueError("Combination of port, protocol and hostname must be unique for each listener")
+
+
 class GatewaySpec(Model):
     gateway_class_name: ObjectName
     listeners: tuple[Listener, ...] = Field(min_length=1, max_length=64)
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
     infrastructure: GatewayInfrastructure | None = None
     tls: GatewaySpecTLS | None = None
+    allowed_listeners: AllowedListeners | None = None
 
     @model_validator(mode="after")
     def _unique_listener_names(self) -> GatewaySpec:
-        names = [listener.name for listener in self.listeners]
-        if len(names) != len(set(names)):
-            raise ValueError("Listener name must be unique within the Gateway")
-        combos = [(lst.port, lst.protocol, lst.hostname) for lst in self.listeners]
-        if len(combos) != len(set(combos)):
-            raise ValueError("Combination of port, protocol and hostname must be unique for each listener")
+        unique_listeners(self.listeners, fold_case=False)
         return self
 
 

@@ -28,6 +28,7 @@ from weir.translate.gateways import (
     accepted_classes,
     gateway_contexts,
     gateway_status,
+    listener_set_status,
 )
 from weir.translate.grpcroutes import kind_conflicts, translate_grpc_routes
 from weir.translate.routes import RouteTable, RouteUnit, place_unit, translate_http_routes
@@ -139,8 +140,10 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
     gateway_sockets: dict[ObjectKey, dict[str, tuple[tuple[str, int], ...]]] = {}
     for ctx in gateways:
         statuses[ctx.gateway.key] = gateway_status(ctx)
-        per_listener = {lc.name: lc.sockets for lc in ctx.listeners if lc.served}
-        gateway_sockets[ctx.gateway.key] = per_listener
+        gateway_sockets[ctx.gateway.key] = {lc.name: lc.sockets for lc in ctx.own_listeners if lc.served}
+        for lsc in ctx.listener_sets:  # settled by the data plane like a Gateway (same status shape)
+            statuses[lsc.key] = listener_set_status(lsc)
+            gateway_sockets[lsc.key] = {lc.name: lc.sockets for lc in lsc.listeners if lc.served}
         for lc in ctx.listeners:
             if lc.valid and lc.family == "TLS":  # served or not: each owns its server name
                 for sock in lc.sockets:

@@ -28,6 +28,8 @@ from weir.translate.routes import (
     Refusal,
     RouteTable,
     allowed_listeners,
+    parent_index,
+    parent_refs,
     route_parent_entry,
 )
 
@@ -68,19 +70,12 @@ def translate_tcp_routes(
     HTTPRoutes, only parentRefs to weir's Gateways (or to Gateways that do
     not exist) get a status entry; other controllers' entries are kept.
     """
-    by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    existing = {gw.key for gw in resources.gateways}
+    by_key, existing = parent_index(resources, gateways)
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.tcp_routes:
         parents: list[_Parent] = []
-        for ref in route.spec.parent_refs:
-            if ref.group != GROUP or ref.kind != "Gateway":
-                continue
-            gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
-            ctx = by_key.get(gw_key)
-            if ctx is None and gw_key in existing:
-                continue  # another controller's Gateway
+        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
             accepted, listeners = _attach(resources, route, ref, ctx, gw_key)
             parents.append(_Parent(ref, accepted, listeners))
         if not parents:
