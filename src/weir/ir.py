@@ -606,6 +606,16 @@ class Upstream:
     websocket: bool = False
     credential: CredentialInjection | None = None
     mcp_tools: McpToolPolicy | None = None
+    retry_budget: RetryBudget | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBudget:
+    """At most ``percent`` of the requests in flight to an upstream may be retries, and at least
+    ``min_concurrent`` retries are always allowed; a retry beyond the budget is not made."""
+
+    percent: int
+    min_concurrent: int
 
 
 @dataclass(frozen=True, slots=True)

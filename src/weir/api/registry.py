@@ -15,6 +15,7 @@ from weir.api import (
     weir_policies_v1alpha1,
     weir_v1alpha1,
     xbackend_v1alpha1,
+    xbackendtrafficpolicy_v1alpha1,
 )
 from weir.api.meta import KubeObject
 
@@ -38,6 +39,7 @@ MODELS: tuple[type[KubeObject], ...] = (
     weir_policies_v1alpha1.BackendCredentialPolicy,
     weir_policies_v1alpha1.BackendMCPPolicy,
     gateway_v1_grpcroute.GRPCRoute,
+    xbackendtrafficpolicy_v1alpha1.XBackendTrafficPolicy,
 )
 
 #: Older versions of a kind in :data:`MODELS` whose schema differs from the current one's, read

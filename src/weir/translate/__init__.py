@@ -131,6 +131,7 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
     statuses.update(resolver.tls_policies.statuses(settings.controller_name))
     statuses.update(resolver.credential_policies.statuses(settings.controller_name))
     statuses.update(resolver.mcp_policies.statuses(settings.controller_name))
+    statuses.update(resolver.traffic_policies.statuses(settings.controller_name))
 
     # socket -> family; translation of gateways gave each socket to one family (HTTP, TLS, TCP),
     # and each TLS server name on a socket to one listener.

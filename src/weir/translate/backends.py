@@ -29,6 +29,7 @@ from weir.translate.credentials import CredentialPolicies
 from weir.translate.grants import reference_permitted
 from weir.translate.mcppolicy import McpPolicies
 from weir.translate.settings import Settings
+from weir.translate.traffic import TrafficPolicies
 
 #: Kubernetes' standard application protocols (KEP-3726) weir acts on.
 H2C_APP_PROTOCOL = "kubernetes.io/h2c"
@@ -64,6 +65,8 @@ class Resolved:
     upstream: ir.Upstream | None
     secrets: tuple[ir.Secret, ...] = ()
     streaming: bool = False
+    #: The session persistence an XBackendTrafficPolicy asks of requests to this backend.
+    session: ir.SessionAffinity | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,7 @@ class BackendResolver:
         self.tls_policies = BackendTLSPolicies(resources, settings)
         self.credential_policies = CredentialPolicies(resources)
         self.mcp_policies = McpPolicies(resources)
+        self.traffic_policies = TrafficPolicies(resources)
 
     def resolve(
         self,
@@ -173,8 +177,10 @@ class BackendResolver:
                 f"Service {namespace}/{ref.name} has no port {ref.port} (its ports: {have})",
             )
         applied_credential = None  # raw bytes (TCPRoute, TLSRoute) carry no headers
+        traffic = None  # nor retries, nor sessions
         if route_kind not in RAW_ROUTE_KINDS:
             applied_credential = self.credential_policies.for_service_port(svc, port, gateways)
+            traffic = self.traffic_policies.for_service(svc, gateways)
         applied = self.tls_policies.for_port(svc, port, gateways)
         upstream_tls: ir.UpstreamTLS | None = None
         secrets: tuple[ir.Secret, ...] = ()
@@ -217,8 +223,9 @@ class BackendResolver:
             tls=upstream_tls,
             websocket=websocket,
             credential=credential,
+            retry_budget=traffic.retry_budget if traffic else None,
         )
-        return Resolved(upstream, secrets, streaming=websocket)
+        return Resolved(upstream, secrets, streaming=websocket, session=traffic.session if traffic else None)
 
     def _endpoints(self, svc: Service, port: ServicePort) -> tuple[ir.Endpoint, ...]:
         """The endpoints of ``svc`` for ``port``, from every slice, matched to slice ports by name.
@@ -287,8 +294,14 @@ class BackendResolver:
         # The Gateways become ancestors of the policies; the verdict applies them (once per XBackend).
         self.credential_policies.for_xbackend(xb, gateways)
         self.mcp_policies.for_xbackend(xb, gateways)
+        traffic = self.traffic_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
-        return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol == "MCP")
+        return Resolved(
+            verdict.upstream,
+            verdict.secrets,
+            streaming=xb.spec.protocol == "MCP",
+            session=traffic.session if traffic else None,
+        )
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
@@ -309,6 +322,9 @@ class BackendResolver:
         tools = self.mcp_policies.for_xbackend(xb)
         if tools is not None:
             upstream = dataclasses.replace(upstream, mcp_tools=tools)
+        traffic = self.traffic_policies.for_xbackend(xb)
+        if traffic is not None and traffic.retry_budget is not None:
+            upstream = dataclasses.replace(upstream, retry_budget=traffic.retry_budget)
         applied = self.credential_policies.for_xbackend(xb)
         if applied is None:
             return dataclasses.replace(verdict, upstream=upstream)

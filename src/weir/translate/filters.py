@@ -312,3 +312,12 @@ def session_affinity(config: SessionPersistence | None, rule_id: str) -> ir.Sess
     if permanent and config.absolute_timeout is not None:
         ttl_s = max(1, -(-duration_ms(config.absolute_timeout) // 1000))
     return ir.SessionAffinity("cookie" if config.type == "Cookie" else "header", name, ttl_s)
+
+
+def backends_session(sessions: list[ir.SessionAffinity | None]) -> ir.SessionAffinity | None:
+    """The session persistence a rule gets from its backends' policies: theirs when every backend
+    asks for the same one (a session pins an endpoint within a backend, so a split between
+    backends that disagree has none)."""
+    if not sessions or sessions[0] is None or any(s != sessions[0] for s in sessions[1:]):
+        return None
+    return sessions[0]

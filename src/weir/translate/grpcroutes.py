@@ -286,6 +286,8 @@ def _resolve_rules(
     """Each rule's action, and the first backend reference that failed (for ``ResolvedRefs``)."""
     failure: RefFailure | None = None
 
+    sessions: dict[str, ir.SessionAffinity | None] = {}
+
     def resolve(ref: BackendRef) -> str | None:
         nonlocal failure
         result = resolver.resolve(
@@ -299,6 +301,7 @@ def _resolve_rules(
         if result.upstream is None:
             return None
         table.upstreams[result.upstream.name] = result.upstream
+        sessions[result.upstream.name] = result.session
         return result.upstream.name
 
     rules: list[_Rule] = []
@@ -335,7 +338,8 @@ def _resolve_rules(
                 unresolved_status=UNAVAILABLE,
                 session=filters.session_affinity(
                     rule.session_persistence, f"grpcroute/{route.namespace}/{route.name}/rule/{ri}"
-                ),
+                )
+                or filters.backends_session([sessions.get(name or "") for name, _, _ in weights]),
             )
         rules.append(_Rule(action, found.response_headers))
     return rules, failure

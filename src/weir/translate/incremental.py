@@ -52,6 +52,7 @@ from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.meta import ObjectKey
+from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, routed_listener
 from weir.translate.backends import BackendResolver
@@ -187,6 +188,7 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         *map(targets, resources.backend_tls_policies),
         *map(targets, resources.backend_credential_policies),
         *map(targets, resources.backend_mcp_policies),
+        *map(targets, resources.all(XBackendTrafficPolicy)),
     ):
         pinned.update(ObjectKey(t.kind, t.namespace, t.name) for t in policy_targets)
     if settings.publish_service is not None:

@@ -444,8 +444,11 @@ def _resolve_rules(
     reads: set[ObjectKey] = set()
     uses: set[ObjectKey] = set()
 
+    sessions: dict[str, ir.SessionAffinity | None] = {}
+
     def resolve(ref: BackendRef) -> tuple[str | None, bool]:
-        """The upstream name (``None``: unusable) and whether it streams; records failures."""
+        """The upstream name (``None``: unusable) and whether it streams; records failures (and in
+        ``sessions`` the session persistence a backend's policy asks, by upstream name)."""
         nonlocal failure
         target = backend_key(ref, route.namespace)
         if target is not None:
@@ -463,6 +466,7 @@ def _resolve_rules(
         if result.upstream is None:
             return None, False
         table.upstreams[result.upstream.name] = result.upstream
+        sessions[result.upstream.name] = result.session
         return result.upstream.name, result.streaming
 
     for ri, rule in enumerate(route.spec.rules):
@@ -493,7 +497,7 @@ def _resolve_rules(
             )
             session = filters.session_affinity(
                 rule.session_persistence, f"httproute/{route.namespace}/{route.name}/rule/{ri}"
-            )
+            ) or filters.backends_session([sessions.get(name or "") for name, _, _ in weights])
             action = _action(weights, timing, found, tuple(mirrors), session)
         rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
     named, resolved = frozenset(reads), frozenset(uses)

@@ -44,6 +44,7 @@ from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import string_pb2
+from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from weir import ir
@@ -118,6 +119,15 @@ def upstream_cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
     if upstream.tls is not None:
         out.transport_socket.name = "envoy.transport_sockets.tls"
         out.transport_socket.typed_config.CopyFrom(pack(_upstream_tls(upstream.tls)))
+    if upstream.retry_budget is not None:
+        # The budget replaces the fixed max_retries limit of the default priority.
+        budget = circuit_breaker_pb2.CircuitBreakers.Thresholds.RetryBudget(
+            budget_percent=percent_pb2.Percent(value=float(upstream.retry_budget.percent)),
+            min_retry_concurrency=wrappers_pb2.UInt32Value(value=upstream.retry_budget.min_concurrent),
+        )
+        out.circuit_breakers.thresholds.append(
+            circuit_breaker_pb2.CircuitBreakers.Thresholds(retry_budget=budget)
+        )
     return out
 
 
