@@ -353,6 +353,8 @@ class Listener:
 #: How long a relayed TCP connection may go without a byte in either direction
 #: by default (Envoy's own default for TCP proxying).
 DEFAULT_TCP_IDLE_TIMEOUT_MS = 3_600_000
+#: How long a UDP session (one client address) is kept after its last datagram: Envoy's default.
+DEFAULT_UDP_IDLE_TIMEOUT_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +378,26 @@ class TcpListener:
     port: int
     backends: tuple[WeightedBackend, ...]
     idle_timeout_ms: int = DEFAULT_TCP_IDLE_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True)
+class UdpListener:
+    """A UDP socket Envoy binds, relaying each client's datagrams to one backend, and the answers back.
+
+    Datagrams from one client address form a session, held for
+    ``idle_timeout_ms`` after the last one; a session's datagrams go to the
+    backend in ``backends`` (at most one: weir does not split UDP by weight),
+    answers come back from the listener's socket. With no backend (a
+    reference that failed to resolve) every datagram is dropped. Every
+    upstream named is of protocol :attr:`UpstreamProtocol.UDP`; the socket
+    belongs to this listener alone.
+    """
+
+    name: str
+    address: str
+    port: int
+    backends: tuple[WeightedBackend, ...]
+    idle_timeout_ms: int = DEFAULT_UDP_IDLE_TIMEOUT_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,7 +489,7 @@ class TlsListener:
     relays: tuple[TlsRelay, ...] = ()
 
 
-AnyListener = Listener | TcpListener | TlsListener
+AnyListener = Listener | TcpListener | TlsListener | UdpListener
 
 
 # --------------------------------------------------------------------------
@@ -519,6 +541,7 @@ class UpstreamProtocol(enum.Enum):
     HTTP2 = "http2"
     AUTO = "auto"
     TCP = "tcp"
+    UDP = "udp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -746,6 +769,7 @@ def to_data(value: Any) -> Any:
                 TrustedCA,
                 Listener,
                 TcpListener,
+                UdpListener,
                 TlsListener,
             ),
         ):

@@ -11,6 +11,7 @@ from weir.api import (
     gateway_v1_listenerset,
     gateway_v1_tcproute,
     gateway_v1_tlsroute,
+    gateway_v1_udproute,
     gateway_v1beta1,
     weir_policies_v1alpha1,
     weir_v1alpha1,
@@ -33,6 +34,7 @@ MODELS: tuple[type[KubeObject], ...] = (
     gateway_v1.HTTPRoute,
     gateway_v1_tcproute.TCPRoute,
     gateway_v1_tlsroute.TLSRoute,
+    gateway_v1_udproute.UDPRoute,
     gateway_v1beta1.ReferenceGrant,
     xbackend_v1alpha1.XBackend,
     gateway_v1_backendtlspolicy.BackendTLSPolicy,
@@ -44,7 +46,10 @@ MODELS: tuple[type[KubeObject], ...] = (
 
 #: Older versions of a kind in :data:`MODELS` whose schema differs from the current one's, read
 #: from files only (a cluster serves the current version, which is the one weir watches).
-OLDER_VERSIONS: tuple[type[KubeObject], ...] = (gateway_v1_tcproute.TCPRouteV1Alpha2,)
+OLDER_VERSIONS: tuple[type[KubeObject], ...] = (
+    gateway_v1_tcproute.TCPRouteV1Alpha2,
+    gateway_v1_udproute.UDPRouteV1Alpha2,
+)
 
 _BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {
     (version, m.KIND): m for m in (*MODELS, *OLDER_VERSIONS) for version in (m.API_VERSION, *m.ALSO_SERVED)

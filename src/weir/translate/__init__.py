@@ -33,7 +33,7 @@ from weir.translate.gateways import (
 from weir.translate.grpcroutes import kind_conflicts, translate_grpc_routes
 from weir.translate.routes import RouteTable, RouteUnit, place_unit, translate_http_routes
 from weir.translate.settings import Settings
-from weir.translate.tcproutes import tcp_backends, translate_tcp_routes
+from weir.translate.tcproutes import tcp_backends, translate_tcp_routes, translate_udp_routes
 from weir.translate.tlslisteners import tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
 from weir.translate.virtualhosts import claimed, owned_virtual_hosts
@@ -120,10 +120,12 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
         translate_grpc_routes(resources, gateways, resolver, settings.controller_name, other, conflicts)
     )
     statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, other))
+    statuses.update(translate_udp_routes(resources, gateways, resolver, settings.controller_name, other))
     statuses.update(translate_tls_routes(resources, gateways, resolver, settings.controller_name, other))
     table.upstreams.update(other.upstreams)
     table.secrets.update(other.secrets)
     table.tcp.update(other.tcp)
+    table.udp.update(other.udp)
     # After every kind of route has resolved its backends: the policy depends on all users.
     policy = _egress_inputs(resources, settings, classes, gateways)
     refused, refused_secrets = _apply_egress_policy(policy, gateways, resolver, table)
@@ -165,6 +167,8 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
     listeners = tuple(
         _tcp_listener(sock, table)
         if sockets[sock] == "TCP"
+        else _udp_listener(sock, table)
+        if sockets[sock] == "UDP"
         else routed_listener(sock, http_sockets, tls_sockets)
         for sock in sorted(sockets)
     )
@@ -189,6 +193,11 @@ def _listener_name(address: str, port: int) -> str:
 def _tcp_listener(socket: tuple[str, int], table: RouteTable) -> ir.TcpListener:
     address, port = socket
     return ir.TcpListener(_listener_name(address, port), address, port, table.tcp.get(socket, ()))
+
+
+def _udp_listener(socket: tuple[str, int], table: RouteTable) -> ir.UdpListener:
+    address, port = socket
+    return ir.UdpListener(_listener_name(address, port), address, port, table.udp.get(socket, ()))
 
 
 def routed_listener(

@@ -39,6 +39,7 @@ WSS_APP_PROTOCOL = "kubernetes.io/wss"
 
 #: Route kinds that relay bytes rather than requests: their backends speak raw TCP.
 RAW_ROUTE_KINDS = ("TCPRoute", "TLSRoute")
+UDP_ROUTE = "UDPRoute"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,15 +170,22 @@ class BackendResolver:
         svc = self._resources.service(namespace, ref.name)
         if svc is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"Service {namespace}/{ref.name} does not exist")
-        port = next((p for p in svc.spec.ports if p.port == ref.port), None)
+        # A port number may be served over TCP and UDP alike (DNS): UDPRoutes use the UDP one,
+        # every other kind the TCP one.
+        transport = "UDP" if route_kind == UDP_ROUTE else "TCP"
+        port = next((p for p in svc.spec.ports if p.port == ref.port and p.protocol == transport), None)
         if port is None:
-            have = ", ".join(str(p.port) for p in svc.spec.ports) or "none"
+            have = ", ".join(f"{p.port}/{p.protocol}" for p in svc.spec.ports) or "none"
             return RefFailure(
                 st.R_BACKEND_NOT_FOUND,
-                f"Service {namespace}/{ref.name} has no port {ref.port} (its ports: {have})",
+                f"Service {namespace}/{ref.name} has no {transport} port {ref.port} (its ports: {have})",
             )
-        applied_credential = None  # raw bytes (TCPRoute, TLSRoute) carry no headers
+        applied_credential = None  # raw bytes (TCPRoute, TLSRoute, UDPRoute) carry no headers
         traffic = None  # nor retries, nor sessions
+        if route_kind == UDP_ROUTE:  # datagrams: no TLS origination either
+            name = f"service/{namespace}/{ref.name}/{port.port}/udp"
+            endpoints = ir.StaticEndpoints(self._endpoints(svc, port))
+            return Resolved(ir.Upstream(name=name, destination=endpoints, protocol=ir.UpstreamProtocol.UDP))
         if route_kind not in RAW_ROUTE_KINDS:
             applied_credential = self.credential_policies.for_service_port(svc, port, gateways)
             traffic = self.traffic_policies.for_service(svc, gateways)
@@ -263,6 +271,12 @@ class BackendResolver:
         xb = self._resources.get(XBackend, namespace, ref.name)
         if xb is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
+        if route_kind == UDP_ROUTE:
+            return RefFailure(
+                st.R_UNSUPPORTED_PROTOCOL,
+                f"XBackend {namespace}/{ref.name} cannot take UDP: XBackends speak TCP-based protocols "
+                "(external UDP egress is not guarded by weir); use a Service",
+            )
         if ref.port is not None and ref.port != xb.spec.port.port:
             return RefFailure(
                 st.R_BACKEND_NOT_FOUND,

@@ -20,7 +20,11 @@ from weir.translate.frontendtls import ClientCAProblem, ClientValidation
 from weir.translate.settings import Settings
 
 #: Route kinds a listener of each protocol can carry, today.
-SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute", "GRPCRoute"), "TCP": ("TCPRoute",)}
+SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {
+    "HTTP": ("HTTPRoute", "GRPCRoute"),
+    "TCP": ("TCPRoute",),
+    "UDP": ("UDPRoute",),
+}
 #: HTTPS carries what HTTP carries, inside TLS; TLS carries TLSRoutes (passthrough or terminated).
 SUPPORTED_KINDS["HTTPS"] = SUPPORTED_KINDS["HTTP"]
 SUPPORTED_KINDS["TLS"] = ("TLSRoute",)
@@ -32,8 +36,11 @@ GATEWAY_API_VERSION = "v1.6"
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP")
 
 #: Which listeners can share a socket: HTTP ones (told apart by Host), TLS ones (HTTPS and
-#: TLS, told apart by the server name of the ClientHello); a TCP listener has its socket alone.
-FAMILIES = {"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP"}
+#: TLS, told apart by the server name of the ClientHello); a TCP or UDP listener has its socket
+#: alone (weir keys sockets by address and port, so a UDP listener does not share a port with TCP).
+FAMILIES = {"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP", "UDP": "UDP"}
+#: Families whose listener has its socket alone.
+ALONE = ("TCP", "UDP")
 
 #: A route's place among the routes of one domain: smaller first (see :mod:`weir.translate.routes`).
 RouteEntry = tuple[tuple[Any, ...], ir.Route]
@@ -382,7 +389,7 @@ def _conflict_within(lc: ListenerContext, valid: list[ListenerContext]) -> Confl
             f"Port {port} is also used by listener "
             + ", ".join(f"{_seen_from(o, lc)} ({o.protocol})" for o in families)
             + f", which cannot share it with {lc.protocol}: a port serves HTTP listeners, or HTTPS and "
-            "TLS listeners, or one TCP listener; change the port of one of them"
+            "TLS listeners, or one TCP or UDP listener; change the port of one of them"
         )
         return Conflict(st.R_INVALID, message, conflicted=st.R_PROTOCOL_CONFLICT)
     if lc.family != "TLS":
@@ -416,7 +423,7 @@ def _conflict_across(
         if (
             owner is not None
             and owner.gateway is not lc.gateway
-            and (owner.family != lc.family or lc.family == "TCP")
+            and (owner.family != lc.family or lc.family in ALONE)
         ):
             gw = owner.gateway
             return Conflict(
@@ -424,8 +431,8 @@ def _conflict_across(
                 f"{address}:{port} is already served by listener {owner.name} ({owner.protocol}) of "
                 f"the older Gateway {gw.namespace}/{gw.name}; "
                 + (
-                    "a TCP listener needs its port for itself"
-                    if "TCP" in (lc.protocol, owner.protocol)
+                    f"a {alone.protocol} listener needs its port for itself"
+                    if (alone := lc if lc.family in ALONE else owner).family in ALONE
                     else "listeners of these protocols cannot share a port"
                 )
                 + ": use another port or another address",

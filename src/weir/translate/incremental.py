@@ -51,6 +51,7 @@ from weir import ir
 from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
+from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
@@ -178,7 +179,11 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         upstream_refs.update(unit.upstreams.keys())
         secret_refs.update(unit.secrets.keys())
     pinned: set[ObjectKey] = set()
-    relayed: list[TCPRoute | TLSRoute] = [*resources.tcp_routes, *resources.tls_routes]
+    relayed: list[TCPRoute | TLSRoute | UDPRoute] = [
+        *resources.tcp_routes,
+        *resources.tls_routes,
+        *resources.all(UDPRoute),
+    ]
     for route in relayed:
         for rule in route.spec.rules:
             pinned.update(

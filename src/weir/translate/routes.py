@@ -20,6 +20,7 @@ from weir.api.gateway_v1_grpcroute import GRPCRoute
 from weir.api.gateway_v1_listenerset import ListenerSet
 from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
+from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import KubeObject, ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.resources import Resources
@@ -51,6 +52,8 @@ class RouteTable:
     secrets: dict[str, ir.Secret] = field(default_factory=dict)
     #: socket of a TCP listener -> the backends of the TCPRoute it forwards to
     tcp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
+    #: socket of a UDP listener -> the backend of the UDPRoute it forwards to
+    udp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +267,7 @@ def parent_index(
 
 
 def parent_refs(
-    route: HTTPRoute | GRPCRoute | TCPRoute | TLSRoute,
+    route: HTTPRoute | GRPCRoute | TCPRoute | TLSRoute | UDPRoute,
     by_key: Mapping[ObjectKey, GatewayContext],
     existing: frozenset[ObjectKey],
 ) -> Iterator[tuple[ParentReference, GatewayContext | None, ObjectKey]]:

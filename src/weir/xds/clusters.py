@@ -102,7 +102,7 @@ def upstream_cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
         out.load_assignment.CopyFrom(
             _load_assignment(upstream.name, [(destination.hostname, destination.port)])
         )
-    if upstream.protocol is not ir.UpstreamProtocol.TCP:
+    if upstream.protocol not in (ir.UpstreamProtocol.TCP, ir.UpstreamProtocol.UDP):
         options = _http_protocol_options(upstream)
         # The egress guard lives here, with the HTTP options.
         options.http_filters.extend(_upstream_filters(upstream))
@@ -188,7 +188,8 @@ def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     guard = upstream.egress_guard
     if guard is not None and guard.denied_networks:
         filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_packed_guard(guard)))
-    http = upstream.protocol is not ir.UpstreamProtocol.TCP  # no headers ever reach a TCP upstream
+    # no headers ever reach a TCP (or UDP) upstream
+    http = upstream.protocol not in (ir.UpstreamProtocol.TCP, ir.UpstreamProtocol.UDP)
     if http and (upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName)):
         strip = _packed_strip_internal_headers()
         filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))

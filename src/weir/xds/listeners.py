@@ -25,9 +25,9 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import base_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_listener_config_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2
@@ -37,8 +37,12 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2 as udp_route_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from google.protobuf import struct_pb2, wrappers_pb2
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
 from weir import ir
 from weir.xds import mcp, redirect_host, session
@@ -46,6 +50,7 @@ from weir.xds.common import (
     CORS_FILTER,
     EGRESS_POLICY_PREFIX,
     TCP_EGRESS,
+    UNRESOLVED_CLUSTER,
     ads,
     cluster_name,
     duration_ms,
@@ -273,6 +278,35 @@ def tcp_listener(listener: ir.TcpListener, chosen: list[ir.Upstream | None], *, 
         filter_chains=[
             listener_components_pb2.FilterChain(
                 filters=[_tcp_proxy(listener.name, listener, chosen, tunnel=tunnel)]
+            )
+        ],
+    )
+
+
+def udp_listener(listener: ir.UdpListener, cluster: str | None) -> Any:
+    """A UDP listener whose proxy sends every session's datagrams to ``cluster``.
+
+    ``None`` (no usable backend): to :data:`UNRESOLVED_CLUSTER`, which does
+    not exist, so Envoy drops the datagrams (``no_route`` in the proxy's stats)
+    rather than sending them anywhere.
+    """
+    route = udp_route_pb2.Route(cluster=cluster or UNRESOLVED_CLUSTER)
+    action = xds_extension_pb2.TypedExtensionConfig(name="route", typed_config=pack(route))
+    proxy = udp_proxy_pb2.UdpProxyConfig(
+        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
+        stat_prefix=listener.name.replace(":", "_"),
+        idle_timeout=duration_ms(listener.idle_timeout_ms),
+        matcher=xds_matcher_pb2.Matcher(on_no_match=xds_matcher_pb2.Matcher.OnMatch(action=action)),
+    )
+    address = socket_address(listener.address, listener.port)
+    address.socket_address.protocol = address_pb2.SocketAddress.UDP
+    return listener_pb2.Listener(
+        name=listener.name,
+        address=address,
+        udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
+        listener_filters=[
+            listener_components_pb2.ListenerFilter(
+                name="envoy.filters.udp_listener.udp_proxy", typed_config=pack(proxy)
             )
         ],
     )

@@ -40,6 +40,9 @@ from weir.xds.common import (
     upstream_of,
 )
 
+#: Upstream protocols no HTTP route may send to, as error messages name them.
+_NOT_HTTP = {ir.UpstreamProtocol.TCP: "raw TCP", ir.UpstreamProtocol.UDP: "UDP"}
+
 #: ``Forward.unresolved_status`` as a route's ``cluster_not_found_response_code`` (a gRPC
 #: request gets it as a gRPC status: 503 is ``UNAVAILABLE``).
 _UNRESOLVED_CODES = {
@@ -133,8 +136,11 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         raise ValueError(f"route {route.name!r}: Forward without backends")
     chosen = [upstream_of(route.name, b, upstreams) for b in backends]
     for upstream in chosen:
-        if upstream is not None and upstream.protocol is ir.UpstreamProtocol.TCP:
-            raise ValueError(f"route {route.name!r}: upstream {upstream.name!r} speaks raw TCP, not HTTP")
+        if upstream is not None and upstream.protocol in _NOT_HTTP:
+            raise ValueError(
+                f"route {route.name!r}: upstream {upstream.name!r} "
+                f"speaks {_NOT_HTTP[upstream.protocol]}, not HTTP"
+            )
     action = out.route
     # Always explicit, 0 included (Envoy: no limit). The idle timeout of the
     # route replaces the connection manager's stream idle timeout. No filter
@@ -249,8 +255,11 @@ def _forward_extras(
         target = upstreams.get(mirror.upstream)
         if target is None:
             raise ValueError(f"route {route.name!r}: unknown upstream {mirror.upstream!r}")
-        if target.protocol is ir.UpstreamProtocol.TCP:
-            raise ValueError(f"route {route.name!r}: upstream {target.name!r} speaks raw TCP, not HTTP")
+        if target.protocol in _NOT_HTTP:
+            raise ValueError(
+                f"route {route.name!r}: upstream {target.name!r} "
+                f"speaks {_NOT_HTTP[target.protocol]}, not HTTP"
+            )
         policy = action.request_mirror_policies.add(
             cluster=target.name, disable_shadow_host_suffix_append=True
         )
