@@ -529,8 +529,9 @@ class Controller:
 
 
 def _is_tcp(listener: ir.AnyListener) -> bool:
-    """Whether ``listener`` may relay connections (TCP, TLS), so that probing it could reach a backend."""
-    return isinstance(listener, ir.TcpListener | ir.TlsListener)
+    """Whether ``listener`` is checked through Envoy's list of active listeners rather than by
+    connecting: a TCP or TLS one could relay the probe to a backend, a UDP one takes no connection."""
+    return isinstance(listener, ir.TcpListener | ir.TlsListener | ir.UdpListener)
 
 
 #: An apply that left this many new objects behind is frozen (see Controller._apply).

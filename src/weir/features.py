@@ -24,6 +24,13 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "Gateway": ("GatewayWithAttachedRoutes", "GatewayModifyListeners", "GatewayObservedGenerationBump"),
     "GatewayHTTPListenerIsolation": ("GatewayHTTPListenerIsolation",),
     "GatewayStaticAddresses": ("GatewayStaticAddresses",),
+    "GatewayFrontendClientCertificateValidation": (
+        "GatewayFrontendClientCertificateValidation",
+        "GatewayInvalidFrontendClientCertificateValidation",
+    ),
+    "GatewayFrontendClientCertificateValidationInsecureFallback": (
+        "GatewayFrontendClientCertificateValidationInsecureFallback",
+    ),
     "HTTPRoute": ("HTTPRouteSimpleSameNamespace", "HTTPRouteMatching", "HTTPRouteCrossNamespace"),
     "HTTPRouteBackendProtocolH2C": ("HTTPRouteBackendProtocolH2C",),
     "HTTPRouteBackendRequestHeaderModification": ("HTTPRouteBackendRequestHeaderModifier",),

@@ -225,6 +225,24 @@ class Forward:
     rewrite: Rewrite | None = None
     mirrors: tuple[Mirror, ...] = ()
     unresolved_status: Literal[500, 503] = 500
+    session: SessionAffinity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAffinity:
+    """Requests of one session go to the endpoint that served its first request.
+
+    ``kind`` ``cookie``: the gateway sets cookie ``name`` (path ``/``) naming
+    that endpoint, for ``ttl_s`` seconds (``0``: a session cookie, without
+    ``Max-Age`` or ``Expires``), and clients send it back. ``header``: the
+    gateway adds header ``name`` to responses and clients send it back. A
+    session whose endpoint is gone continues on another one. Sessions pin an
+    endpoint within a backend, not the choice among weighted backends.
+    """
+
+    kind: Literal["cookie", "header"]
+    name: str
+    ttl_s: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +353,8 @@ class Listener:
 #: How long a relayed TCP connection may go without a byte in either direction
 #: by default (Envoy's own default for TCP proxying).
 DEFAULT_TCP_IDLE_TIMEOUT_MS = 3_600_000
+#: How long a UDP session (one client address) is kept after its last datagram: Envoy's default.
+DEFAULT_UDP_IDLE_TIMEOUT_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +381,26 @@ class TcpListener:
 
 
 @dataclass(frozen=True, slots=True)
+class UdpListener:
+    """A UDP socket Envoy binds, relaying each client's datagrams to one backend, and the answers back.
+
+    Datagrams from one client address form a session, held for
+    ``idle_timeout_ms`` after the last one; a session's datagrams go to the
+    backend in ``backends`` (at most one: weir does not split UDP by weight),
+    answers come back from the listener's socket. With no backend (a
+    reference that failed to resolve) every datagram is dropped. Every
+    upstream named is of protocol :attr:`UpstreamProtocol.UDP`; the socket
+    belongs to this listener alone.
+    """
+
+    name: str
+    address: str
+    port: int
+    backends: tuple[WeightedBackend, ...]
+    idle_timeout_ms: int = DEFAULT_UDP_IDLE_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True)
 class HttpsServer:
     """HTTPS on the connections of a :class:`TlsListener` whose ClientHello names one of ``server_names``.
 
@@ -383,6 +423,23 @@ class HttpsServer:
     server_names: tuple[str, ...]
     certificates: tuple[str, ...]
     virtual_hosts: tuple[VirtualHost, ...]
+    #: Client certificates asked for and checked during the handshake; ``None``: none asked.
+    client_validation: ClientValidation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientValidation:
+    """How an HTTPS server validates the certificates of its clients.
+
+    Clients are asked for a certificate that chains to ``trusted_ca`` (the
+    name of a :class:`TrustedCA` secret). ``required``: a client without one,
+    or with one that does not chain, fails the handshake. Otherwise every
+    client gets through and the backend decides (the Gateway API's
+    ``AllowInsecureFallback``).
+    """
+
+    trusted_ca: str
+    required: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +489,7 @@ class TlsListener:
     relays: tuple[TlsRelay, ...] = ()
 
 
-AnyListener = Listener | TcpListener | TlsListener
+AnyListener = Listener | TcpListener | TlsListener | UdpListener
 
 
 # --------------------------------------------------------------------------
@@ -484,6 +541,7 @@ class UpstreamProtocol(enum.Enum):
     HTTP2 = "http2"
     AUTO = "auto"
     TCP = "tcp"
+    UDP = "udp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,6 +629,16 @@ class Upstream:
     websocket: bool = False
     credential: CredentialInjection | None = None
     mcp_tools: McpToolPolicy | None = None
+    retry_budget: RetryBudget | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBudget:
+    """At most ``percent`` of the requests in flight to an upstream may be retries, and at least
+    ``min_concurrent`` retries are always allowed; a retry beyond the budget is not made."""
+
+    percent: int
+    min_concurrent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -701,6 +769,7 @@ def to_data(value: Any) -> Any:
                 TrustedCA,
                 Listener,
                 TcpListener,
+                UdpListener,
                 TlsListener,
             ),
         ):

@@ -23,8 +23,8 @@ from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1 import Gateway, GatewayClass, HTTPRoute
 from weir.api.gateway_v1_backendtlspolicy import BackendTLSPolicy
 from weir.api.gateway_v1_grpcroute import GRPCRoute
+from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
-from weir.api.gateway_v1alpha2 import TCPRoute
 from weir.api.gateway_v1beta1 import ReferenceGrant
 from weir.api.meta import KubeObject, ObjectKey
 from weir.api.weir_policies_v1alpha1 import BackendCredentialPolicy, BackendMCPPolicy

@@ -68,6 +68,10 @@ class GatewayStatus:
     #: When set, ``status.addresses`` must hold exactly these values.
     addresses: tuple[str, ...] | None = None
     generation: int | None = None
+    #: ``ListenerSet``: the same checks of a ListenerSet's status (it has the Gateway's shape).
+    kind: str = "Gateway"
+    #: When set, ``status.attachedListenerSets`` must be this.
+    attached_listener_sets: int | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,9 @@ class Request:
     sni: str | None = None
     http2: bool = False
     body: bytes | None = None
+    #: With ``scheme="https"``: the client certificate presented (a key of
+    #: :data:`~tests.conformance.harness.CLIENT_CERTIFICATES`), or none.
+    client_cert: str | None = None
 
     def describe(self) -> str:
         extra = f" headers={list(self.headers)}" if self.headers else ""

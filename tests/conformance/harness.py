@@ -114,6 +114,14 @@ BASE_GATEWAYS = {"same-namespace": 1, "all-namespaces": 2, "backend-namespaces":
 #: Port every echo server tries first (each has its own address, so all can share it).
 ECHO_PORT = 3000
 
+#: Client certificates (``Request.client_cert``), each issued by its own CA; each CA's
+#: certificate is in a ConfigMap (key ``ca.crt``) named in the value, in the infra namespace,
+#: as the upstream suite's ``tls-validity-checks-ca-certificate`` (and a per-port one).
+CLIENT_CERTIFICATES = {
+    "tls-validity-checks-client-certificate": "tls-validity-checks-ca-certificate",
+    "tls-validity-checks-per-port-client-certificate": "tls-validity-checks-per-port-ca-certificate",
+}
+
 #: The hostnames the module's TLS certificates are issued for.
 TLS_CERTIFICATES: dict[tuple[str, str], tuple[str, ...]] = {
     (INFRA_NS, "tls-validity-checks-certificate"): (
@@ -263,6 +271,12 @@ class Conformance:
         self.ca: CertAuthority = make_ca("weir conformance CA")
         self.certs: dict[tuple[str, str], IssuedCert] = {
             key: self.ca.issue_server_cert(*names) for key, names in TLS_CERTIFICATES.items()
+        }
+        self.client_cas = {
+            name: make_ca(f"weir conformance client CA {name}") for name in CLIENT_CERTIFICATES
+        }
+        self.client_certs = {
+            name: ca.issue_client_cert(f"{name} client") for name, ca in self.client_cas.items()
         }
         self.backends = (
             HTTP_BACKENDS + (TLS_BACKENDS if tls_backends else ()) + (GRPC_BACKENDS if grpc_backends else ())
@@ -440,6 +454,15 @@ class Conformance:
                 "data": {"ca.crt": self.ca.cert_pem},
             }
         )
+        for cert_name, config_map in CLIENT_CERTIFICATES.items():
+            docs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": config_map, "namespace": INFRA_NS},
+                    "data": {"ca.crt": self.client_cas[cert_name].cert_pem},
+                }
+            )
         return docs
 
     def _service_manifests(self, spec: BackendSpec) -> list[dict[str, Any]]:
@@ -496,6 +519,10 @@ class Conformance:
                 ips = [a["value"] for a in spec["addresses"] if a.get("type", "IPAddress") == "IPAddress"]
                 if ips:
                     self._addresses[key] = ips[0]
+            for listener in spec.get("listeners") or []:
+                if isinstance(listener.get("port"), int):
+                    listener["port"] = self.listener_port(listener["port"])
+        elif kind == "ListenerSet":
             for listener in spec.get("listeners") or []:
                 if isinstance(listener.get("port"), int):
                     listener["port"] = self.listener_port(listener["port"])
@@ -615,13 +642,18 @@ class Conformance:
         _check_conditions(what, entries[0]["conditions"], check.conditions, check.generation)
 
     def _check_gateway(self, check: GatewayStatus) -> None:
-        what = f"Gateway {check.namespace}/{check.name}"
-        found = self.status("Gateway", check.namespace, check.name)
+        what = f"{check.kind} {check.namespace}/{check.name}"
+        found = self.status(check.kind, check.namespace, check.name)
         assert found is not None, f"{what} has no status"
         _check_conditions(what, found.get("conditions") or [], check.conditions, check.generation)
         if check.addresses is not None:
             values = tuple(a.get("value") for a in found.get("addresses") or [])
             assert values == check.addresses, f"{what}: status.addresses {values}, want {check.addresses}"
+        if check.attached_listener_sets is not None:
+            got = found.get("attachedListenerSets")
+            assert got == check.attached_listener_sets, (
+                f"{what}: attachedListenerSets {got}, want {check.attached_listener_sets}"
+            )
         listeners = {entry["name"]: entry for entry in found.get("listeners") or []}
         if check.only_listeners is not None:
             assert sorted(listeners) == sorted(check.only_listeners), (
@@ -668,8 +700,10 @@ class Conformance:
             timeout = httpx.Timeout(5.0)
             if kind == "h2c":
                 client = httpx.AsyncClient(http1=False, http2=True, limits=limits, timeout=timeout)
-            elif kind == "https":
-                context = client_ssl_context(self.ca, alpn=["h2", "http/1.1"])
+            elif kind.startswith("https"):
+                identity = kind.partition(":")[2]
+                cert = self.client_certs[identity] if identity else None
+                context = client_ssl_context(self.ca, cert=cert, alpn=["h2", "http/1.1"])
                 client = httpx.AsyncClient(http2=True, verify=context, limits=limits, timeout=timeout)
             else:
                 client = httpx.AsyncClient(limits=limits, timeout=timeout)
@@ -682,7 +716,10 @@ class Conformance:
 
     async def send(self, request: Request) -> httpx.Response:
         """Send ``request`` once."""
-        kind = "https" if request.scheme == "https" else "h2c" if request.http2 else "http"
+        if request.scheme == "https":
+            kind = f"https:{request.client_cert}" if request.client_cert else "https"
+        else:
+            kind = "h2c" if request.http2 else "http"
         headers = [("host", request.host)] if request.host else []
         extensions: dict[str, Any] = {}
         if request.scheme == "https":

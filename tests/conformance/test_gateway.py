@@ -287,7 +287,270 @@ INVALID_TLS_REFS = {
 }
 
 
+# -- GatewayFrontendClientCertificateValidation (and its insecure fallback) ---------------------
+
+DEFAULT_CLIENT = "tls-validity-checks-client-certificate"
+PER_PORT_CLIENT = "tls-validity-checks-per-port-client-certificate"
+
+
+def client_validation_manifest(name: str, mode: str) -> str:
+    """A Gateway with a default client CA for port 443 and its own for 8443, a route on each."""
+    return f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: gateway-conformance
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{{group: "", kind: ConfigMap, name: tls-validity-checks-ca-certificate}}]
+          mode: {mode}
+      perPort:
+      - port: 8443
+        tls:
+          validation:
+            caCertificateRefs:
+            - {{group: "", kind: ConfigMap, name: tls-validity-checks-per-port-ca-certificate}}
+            mode: {mode}
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: example.org
+    tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}
+  - name: https-per-port
+    port: 8443
+    protocol: HTTPS
+    tls: {{certificateRefs: [{{name: tls-validity-checks-certificate}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}-https-test, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {name}, sectionName: https}}]
+  hostnames: [example.org]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}-https-test-no-hostname, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: {name}, sectionName: https-per-port}}]
+  rules: [{{backendRefs: [{{name: infra-backend-v2, port: 8080}}]}}]
+"""
+
+
+def with_client(gateway: str, host: str, port: int, cert: str | None, expect: Expect) -> Exchange:
+    """An HTTPS request to ``gateway`` presenting ``cert`` (none: no client certificate)."""
+    request = Request(host=host, gateway=gateway, port=port, scheme="https", client_cert=cert)
+    return Exchange(request, expect)
+
+
 CASES = [
+    Case(
+        "GatewayFrontendClientCertificateValidation",
+        client_validation_manifest("client-validation-default", "AllowValidOnly"),
+        statuses=(
+            GatewayStatus(
+                "client-validation-default",
+                conditions={"Accepted": "True", "Programmed": "True"},
+                listeners={
+                    "https": ListenerStatus(LISTENER_OK),
+                    "https-per-port": ListenerStatus(LISTENER_OK),
+                },
+            ),
+        ),
+        exchanges=(
+            with_client("client-validation-default", "example.org", 443, DEFAULT_CLIENT, answered(V1)),
+            with_client("client-validation-default", "example.org", 443, PER_PORT_CLIENT, REFUSED),
+            with_client("client-validation-default", "example.org", 443, None, REFUSED),
+            with_client(
+                "client-validation-default", "second-example.org", 8443, PER_PORT_CLIENT, answered(V2)
+            ),
+            with_client("client-validation-default", "second-example.org", 8443, DEFAULT_CLIENT, REFUSED),
+            with_client("client-validation-default", "second-example.org", 8443, None, REFUSED),
+        ),
+    ),
+    Case(
+        "GatewayFrontendClientCertificateValidationInsecureFallback",
+        client_validation_manifest("client-validation-insecure-fallback", "AllowInsecureFallback"),
+        statuses=(
+            GatewayStatus(
+                "client-validation-insecure-fallback",
+                conditions={
+                    "Accepted": "True",
+                    "Programmed": "True",
+                    "InsecureFrontendValidationMode": ("True", "ConfigurationChanged"),
+                },
+                listeners={
+                    "https": ListenerStatus(LISTENER_OK),
+                    "https-per-port": ListenerStatus(LISTENER_OK),
+                },
+            ),
+        ),
+        exchanges=tuple(
+            with_client("client-validation-insecure-fallback", host, port, cert, answered(backend))
+            for host, port, backend in (("example.org", 443, V1), ("second-example.org", 8443, V2))
+            for cert in (DEFAULT_CLIENT, PER_PORT_CLIENT, None)
+        ),
+    ),
+    Case(
+        "GatewayInvalidFrontendClientCertificateValidation",
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-with-invalid-client-cert-validation, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{kind: ConfigMap, group: "", name: tls-validity-checks-ca-certificate}]
+      perPort:
+      - port: 7443
+        tls:
+          validation:
+            caCertificateRefs: [{kind: ConfigMap, group: "", name: non-exisitng-cm}]
+      - port: 8443
+        tls:
+          validation:
+            caCertificateRefs: [{kind: Service, group: "", name: infra-backend-v2}]
+      - port: 6443
+        tls:
+          validation:
+            caCertificateRefs:
+            - {kind: ConfigMap, group: "", name: gateway-conformance-web-backend, namespace: web-backend-cm}
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    tls: {certificateRefs: [{group: "", kind: Secret, name: tls-validity-checks-certificate}]}
+  - name: https-unresolved
+    port: 7443
+    hostname: first-example.org
+    protocol: HTTPS
+    tls: {certificateRefs: [{group: "", kind: Secret, name: tls-validity-checks-certificate}]}
+  - name: https-invalid-kind
+    port: 8443
+    hostname: second-example.org
+    protocol: HTTPS
+    tls: {certificateRefs: [{group: "", kind: Secret, name: tls-validity-checks-certificate}]}
+  - name: https-grant-missing
+    port: 6443
+    hostname: fourth-example.org
+    protocol: HTTPS
+    tls: {certificateRefs: [{group: "", kind: Secret, name: tls-validity-checks-certificate}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: invalid-client-cert-validation-https-test, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: gateway-with-invalid-client-cert-validation}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+""",
+        statuses=(
+            GatewayStatus(
+                "gateway-with-invalid-client-cert-validation",
+                listeners={
+                    "https": ListenerStatus(LISTENER_OK),
+                    "https-unresolved": ListenerStatus(
+                        {
+                            "ResolvedRefs": ("False", "InvalidCACertificateRef"),
+                            "Accepted": ("False", "NoValidCACertificate"),
+                            "Programmed": "False",
+                        }
+                    ),
+                    "https-invalid-kind": ListenerStatus(
+                        {
+                            "ResolvedRefs": ("False", "InvalidCACertificateKind"),
+                            "Accepted": ("False", "NoValidCACertificate"),
+                            "Programmed": "False",
+                        }
+                    ),
+                    "https-grant-missing": ListenerStatus(
+                        {
+                            "ResolvedRefs": ("False", "RefNotPermitted"),
+                            "Accepted": ("False", "NoValidCACertificate"),
+                            "Programmed": "False",
+                        }
+                    ),
+                },
+            ),
+        ),
+        exchanges=(
+            # Suite's own: the refused listeners' names are closed, not served without validation.
+            with_client(
+                "gateway-with-invalid-client-cert-validation",
+                "example.org",
+                443,
+                DEFAULT_CLIENT,
+                answered(V1),
+            ),
+            with_client(
+                "gateway-with-invalid-client-cert-validation",
+                "first-example.org",
+                7443,
+                DEFAULT_CLIENT,
+                REFUSED,
+            ),
+            with_client(
+                "gateway-with-invalid-client-cert-validation", "second-example.org", 8443, None, REFUSED
+            ),
+        ),
+    ),
+    Case(
+        "GatewayInvalidParametersRef",
+        # The upstream manifest names a group and kind no implementation reads; the suite's own
+        # second Gateway names a kind weir does know (its GatewayClassConfig) but cannot use per
+        # Gateway, and a third one carries only labels and annotations, which weir accepts.
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-invalid-parameters-ref, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  infrastructure:
+    parametersRef: {group: invalid.io, kind: InvalidParameters, name: invalid}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-class-config-as-parameters, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  infrastructure:
+    parametersRef: {group: weir.dev, kind: GatewayClassConfig, name: default}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-infrastructure-metadata, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  infrastructure:
+    labels: {label-key: label-value}
+    annotations: {annotation-key: annotation-value}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+""",
+        statuses=(
+            GatewayStatus(
+                "gateway-invalid-parameters-ref",
+                conditions={"Accepted": ("False", "InvalidParameters"), "Programmed": ("False", "Invalid")},
+            ),
+            GatewayStatus(
+                "gateway-class-config-as-parameters",
+                conditions={"Accepted": ("False", "InvalidParameters"), "Programmed": ("False", "Invalid")},
+            ),
+            GatewayStatus(
+                "gateway-infrastructure-metadata",
+                conditions={"Accepted": "True", "Programmed": "True"},
+                listeners={"http": ListenerStatus(LISTENER_OK, attached=0, kinds=("HTTPRoute",))},
+            ),
+        ),
+    ),
     Case(
         "GatewayInvalidRouteKinds",
         """

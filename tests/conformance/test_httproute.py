@@ -436,7 +436,13 @@ spec:
         ),
         exchanges=(
             at(HI, "very.specific.com", "/s1", Expect(backend=V1)),
-            at(HI, "very.specific.com:1234", "/s1", Expect(backend=V1)),  # the port is not part of the name
+            # The port is not part of the name, and the backend sees the Host as sent.
+            at(
+                HI,
+                "very.specific.com:1234",
+                "/s1",
+                Expect(backend=V1, seen=Seen(host="very.specific.com:1234")),
+            ),
             at(HI, "non.matching.com", "/s1", Expect(404)),
             at(HI, "foo.nonmatchingwildcard.io", "/s1", Expect(404)),
             at(HI, "foo.wildcard.io", "/s1", Expect(404)),
@@ -1142,6 +1148,26 @@ spec:
                 "/scheme-https-and-port-8443",
                 Redirect(RE, "/scheme-https-and-port-8443", scheme="https", port=8443),
             ),
+            # Suite's own: a port in the request's Host never leaks into Location; the
+            # redirect's port comes from the rule, the scheme or the listener only.
+            redirect(
+                "/scheme-nil-and-port-nil",
+                on_listener_port("example.org", "/scheme-nil-and-port-nil"),
+                host=f"{RE}:1234",
+            ),
+            redirect(
+                "/scheme-nil-and-port-80", Redirect(RE, "/scheme-nil-and-port-80", port=80), host=f"{RE}:1234"
+            ),
+            redirect(
+                "/scheme-https-and-port-nil",
+                Redirect(RE, "/scheme-https-and-port-nil", scheme="https"),
+                host=f"{RE}:1234",
+            ),
+            redirect(
+                "/scheme-https-and-port-443",
+                Redirect(RE, "/scheme-https-and-port-443", scheme="https", port=443),
+                host=f"{RE}:1234",
+            ),
         ),
     ),
     Case(
@@ -1754,3 +1780,105 @@ async def test_HTTPRouteBackendProtocolWebSocket(conformance: Conformance) -> No
         assert upgrades and upgrades[-1].path == "/ws"
     finally:
         await h.delete("case-websocket")
+
+
+SESSION_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: session-persistence, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /session-persistence}}]
+    sessionPersistence: {type: Cookie}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /permanent-session}}]
+    sessionPersistence:
+      sessionName: permanent-session
+      absoluteTimeout: 1h
+      cookieConfig: {lifetimeType: Permanent}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /header-session}}]
+    sessionPersistence: {type: Header, sessionName: X-Session}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /no-session}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+"""
+
+
+async def _pods(h: Conformance, path: str, headers: dict[str, str], count: int) -> list[str]:
+    pods = []
+    async with httpx.AsyncClient(timeout=5) as client:
+        for _ in range(count):
+            response = await client.get(h.url(Request(path=path)), headers=headers)
+            assert response.status_code == 200, response.text
+            pods.append(str(response.json()["pod"]))
+    return pods
+
+
+@pytest.mark.parametrize(
+    "path,permanent",
+    [
+        pytest.param("/session-persistence", False, id="HTTPRouteSessionPersistenceCookie"),
+        # Suite's own name: a permanent cookie lives absoluteTimeout (Max-Age), under sessionName.
+        pytest.param("/permanent-session", True, id="HTTPRouteSessionPersistencePermanentCookie"),
+    ],
+)
+async def test_session_persistence_cookie(conformance: Conformance, path: str, permanent: bool) -> None:
+    """The first response sets a cookie; every request carrying it reaches the same pod of two."""
+    h = conformance
+    await h.apply("case-session", SESSION_ROUTE)
+    try:
+        h.check(RouteStatus("session-persistence"))
+        response = await h.expect(Request(path=path), Expect(backend=V1), successes=1)
+        assert response is not None
+        cookie = response.headers.get("set-cookie", "")
+        assert cookie, f"no session cookie in {dict(response.headers)}"
+        name_value, *attributes = [part.strip() for part in cookie.split(";")]
+        names = {a.split("=", 1)[0].lower() for a in attributes}
+        if permanent:
+            assert name_value.startswith("permanent-session="), cookie
+            assert "max-age=3600" in [a.lower() for a in attributes], cookie
+        else:
+            assert not names & {"max-age", "expires"}, f"a session cookie must not expire: {cookie}"
+        first = str(response.json()["pod"])
+        assert await _pods(h, path, {"cookie": name_value}, 10) == [first] * 10
+        # Without the cookie both pods answer: stickiness comes from the session, not from luck.
+        assert len(set(await _pods(h, "/no-session", {}, 10))) == 2
+    finally:
+        await h.delete("case-session")
+
+
+async def test_HTTPRouteSessionPersistenceHeader(conformance: Conformance) -> None:
+    """Suite's own name: a header session; the response names it, and requests carrying it stick."""
+    h = conformance
+    await h.apply("case-session", SESSION_ROUTE)
+    try:
+        response = await h.expect(Request(path="/header-session"), Expect(backend=V1), successes=1)
+        assert response is not None
+        token = response.headers.get("x-session")
+        assert token, f"no X-Session header in {dict(response.headers)}"
+        first = str(response.json()["pod"])
+        assert await _pods(h, "/header-session", {"x-session": token}, 10) == [first] * 10
+    finally:
+        await h.delete("case-session")
+
+
+async def test_session_persistence_idle_timeout_is_refused(conformance: Conformance) -> None:
+    """Suite's own: idleTimeout cannot be honoured by Envoy's sessions, so the route says so."""
+    h = conformance
+    manifest = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: session-idle, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - sessionPersistence: {idleTimeout: 5m}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+"""
+    await h.apply("case-session-idle", manifest)
+    try:
+        h.check(RouteStatus("session-idle", {"Accepted": ("False", "UnsupportedValue")}))
+    finally:
+        await h.delete("case-session-idle")

@@ -134,7 +134,7 @@ spec:
   gatewayClassName: weir
   listeners: [{{name: tcp, port: {listener_port}, protocol: TCP}}]
 ---
-apiVersion: gateway.networking.k8s.io/v1alpha2
+apiVersion: gateway.networking.k8s.io/v1
 kind: TCPRoute
 metadata: {{name: db, namespace: default}}
 spec:

@@ -625,7 +625,13 @@ async def test_crd_absent_then_installed_then_removed(tmp_path: Path) -> None:
         await kube.create(XBackend(metadata=ObjectMeta(name="api", namespace="default"), spec={}))
         assert [x.metadata.name async for x in kube.list(XBackend, namespace="*")] == ["api"]
         discovery = httpx.get(f"{server.url}/apis/{XBACKEND.group}/{XBACKEND.version}").json()
-        assert {r["name"] for r in discovery["resources"]} == {"xbackends", "xbackends/status"}
+        # The group's other kind (XBackendTrafficPolicy) was served all along.
+        assert {r["name"] for r in discovery["resources"]} == {
+            "xbackends",
+            "xbackends/status",
+            "xbackendtrafficpolicies",
+            "xbackendtrafficpolicies/status",
+        }
 
         # Deleting the CRD deletes its objects (watchers see it), then the resource is gone.
         events = kube.watch(XBackend, namespace="default")

@@ -11,6 +11,7 @@ import pytest
 from weir.api import registry
 from weir.api.core_v1 import Namespace, Secret, Service
 from weir.api.gateway_v1 import GatewayClass, HTTPRoute
+from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.meta import ObjectKey
 from weir.loader import (
     Loaded,
@@ -89,6 +90,14 @@ spec:
 TLSROUTE = """\
 apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
+metadata:
+  name: db
+  namespace: infra
+spec:
+"""
+TCPROUTE_V1 = """\
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
 metadata:
   name: db
   namespace: infra
@@ -466,6 +475,13 @@ INVALID: list[tuple[str, str, list[str]]] = [
         "api-version-and-name-missing",
         "kind: Service\nmetadata: {namespace: apps}\n",
         ["case.yaml:6: apiVersion: Required value", "case.yaml:6: metadata.name: Required value"],
+    ),
+    (
+        # TCPRoute v1 (Gateway API v1.6 standard) has exactly one rule; v1alpha2 allowed 16.
+        "tcproute-v1-two-rules",
+        TCPROUTE_V1 + "  rules:\n  - backendRefs: [{name: a, port: 1}]\n"
+        "  - backendRefs: [{name: b, port: 1}]\n",
+        ["case.yaml:6: TCPRoute infra/db: spec.rules: Too many: 2: must have at most 1 items"],
     ),
     (
         "name-not-a-string",
@@ -922,3 +938,39 @@ def test_gc_paused_freezes_what_a_big_block_made_only_when_asked() -> None:
         assert len(kept) + len(small) + len(big) > 0
     finally:
         gc.unfreeze()
+
+
+def test_tcproute_v1alpha2_still_reads_with_its_own_schema() -> None:
+    """Folders written for Gateway API before v1.6 keep working: ``v1alpha2`` allows several rules."""
+    text = TCPROUTE_V1.replace("/v1\n", "/v1alpha2\n", 1) + (
+        "  rules:\n  - backendRefs: [{name: a, port: 1}]\n  - backendRefs: [{name: b, port: 1}]\n"
+    )
+    objects, problems = load_text(text, "case.yaml")
+    assert problems == []
+    [loaded] = objects
+    assert isinstance(loaded.object, TCPRoute)
+    assert loaded.object.api_version == "gateway.networking.k8s.io/v1alpha2"
+    assert len(loaded.object.spec.rules) == 2
+
+
+def test_listenerset_listener_rules_are_the_gateways() -> None:
+    """A ListenerSet's listeners follow the CRD's rules: unique names, tls by protocol, and the
+    port/protocol/hostname combination unique with protocols compared case-insensitively."""
+    head = (
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: s, namespace: a}\n"
+        "spec:\n  parentRef: {name: gw}\n  listeners:\n"
+    )
+    cases = {
+        "  - {name: a, port: 80, protocol: HTTP}\n  - {name: a, port: 81, protocol: HTTP}\n": (
+            "Listener name must be unique within the Gateway"
+        ),
+        "  - {name: a, port: 80, protocol: HTTP}\n  - {name: b, port: 80, protocol: http}\n": (
+            "Combination of port, protocol and hostname must be unique for each listener"
+        ),
+        "  - {name: a, port: 80, protocol: HTTP, tls: {certificateRefs: [{name: c}]}}\n": (
+            "tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']"
+        ),
+    }
+    for listeners, message in cases.items():
+        _, problems = load_text(head + listeners, "case.yaml")
+        assert [message in str(p) for p in problems] == [True], (listeners, strs(problems))

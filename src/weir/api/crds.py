@@ -144,12 +144,15 @@ def _gateway_api(kind: str, plural: str, *, status: bool = True) -> CustomResour
 GATEWAY_API_CRDS: tuple[CustomResource, ...] = (
     _gateway_api("GatewayClass", "gatewayclasses"),
     _gateway_api("Gateway", "gateways"),
+    _gateway_api("ListenerSet", "listenersets"),
     _gateway_api("HTTPRoute", "httproutes"),
     _gateway_api("GRPCRoute", "grpcroutes"),
     _gateway_api("TCPRoute", "tcproutes"),
     _gateway_api("TLSRoute", "tlsroutes"),
+    _gateway_api("UDPRoute", "udproutes"),
     _gateway_api("ReferenceGrant", "referencegrants", status=False),
     _gateway_api("BackendTLSPolicy", "backendtlspolicies"),
+    _gateway_api("XBackendTrafficPolicy", "xbackendtrafficpolicies"),
 )
 
 #: Every kind weir reads that a cluster defines with a CRD: what a test cluster installs.

@@ -146,22 +146,123 @@ class GatewayAddress(Model):
     value: str = Field(min_length=1, max_length=253)
 
 
+class LocalParametersReference(Model):
+    """``spec.infrastructure.parametersRef``: an object in the Gateway's namespace configuring it."""
+
+    group: Group
+    kind: Kind
+    name: str = Field(min_length=1, max_length=253)
+
+
+class GatewayInfrastructure(Model):
+    """``spec.infrastructure``: labels and annotations for what the implementation creates for the
+    Gateway, and parameters of its own. weir creates nothing per Gateway (the labels and
+    annotations have nowhere to go) and reads no per-Gateway parameters (see
+    :mod:`weir.translate.gateways` for the ``InvalidParameters`` refusal)."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    parameters_ref: LocalParametersReference | None = None
+
+
+class ObjectReference(Model):
+    """A reference to an object of any kind, in the referrer's namespace unless ``namespace`` says."""
+
+    group: Group
+    kind: Kind
+    name: ObjectName
+    namespace: Namespace | None = None
+
+
+class FrontendTLSValidation(Model):
+    """How client certificates are validated: trust anchors, and whether failing clients still get in."""
+
+    ca_certificate_refs: tuple[ObjectReference, ...] = Field(
+        min_length=1, max_length=8, json_schema_extra={"x-kubernetes-list-type": "atomic"}
+    )
+    mode: Literal["AllowValidOnly", "AllowInsecureFallback"] = "AllowValidOnly"
+
+
+class FrontendTLSSettings(Model):
+    """``TLSConfig`` upstream: what applies to the HTTPS listeners of a port (or of every port)."""
+
+    validation: FrontendTLSValidation | None = None
+
+
+class FrontendTLSPort(Model):
+    """``TLSPortConfig`` upstream: the settings of the HTTPS listeners on ``port``."""
+
+    port: PortNumber
+    tls: FrontendTLSSettings
+
+
+class FrontendTLSConfig(Model):
+    """``spec.tls.frontend``: client certificate validation on HTTPS listeners, by port."""
+
+    default: FrontendTLSSettings
+    per_port: tuple[FrontendTLSPort, ...] = Field(default=(), max_length=64)
+
+    @model_validator(mode="after")
+    def _unique_ports(self) -> FrontendTLSConfig:
+        ports = [p.port for p in self.per_port]
+        if len(ports) != len(set(ports)):
+            raise ValueError("Port for TLS configuration must be unique within the Gateway")
+        return self
+
+    def for_port(self, port: int) -> FrontendTLSSettings:
+        """The settings of the HTTPS listeners on ``port``: its own entry, else the default."""
+        for entry in self.per_port:
+            if entry.port == port:
+                return entry.tls
+        return self.default
+
+
+class GatewaySpecTLS(Model):
+    """``spec.tls`` (``GatewayTLSConfig`` upstream). ``backend`` (a client certificate the
+    Gateway presents to backends) is kept as written and not implemented: upstream clusters
+    are shared by every Gateway, so a per-Gateway client certificate has no place yet."""
+
+    frontend: FrontendTLSConfig | None = None
+    backend: dict[str, Any] | None = None
+
+
+class ListenerNamespaces(Model):
+    """``spec.allowedListeners.namespaces``: where ListenerSets may attach from (none by default)."""
+
+    from_: Literal["All", "Selector", "Same", "None"] = Field(default="None", alias="from")
+    selector: LabelSelector | None = None
+
+
+class AllowedListeners(Model):
+    """``spec.allowedListeners``: which ListenerSets may add listeners to the Gateway."""
+
+    namespaces: ListenerNamespaces = ListenerNamespaces()
+
+
+def unique_listeners(listeners: tuple[Listener, ...], *, fold_case: bool) -> None:
+    """The upstream CRDs' uniqueness rules over a list of listeners; ``fold_case``: protocols compared
+    case-insensitively (ListenerSet's rule does, the Gateway's does not)."""
+    names = [listener.name for listener in listeners]
+    if len(names) != len(set(names)):
+        raise ValueError("Listener name must be unique within the Gateway")
+    combos = [
+        (lst.port, lst.protocol.lower() if fold_case else lst.protocol, lst.hostname) for lst in listeners
+    ]
+    if len(combos) != len(set(combos)):
+        raise ValueError("Combination of port, protocol and hostname must be unique for each listener")
+
+
 class GatewaySpec(Model):
     gateway_class_name: ObjectName
     listeners: tuple[Listener, ...] = Field(min_length=1, max_length=64)
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
-    #: ``spec.tls`` (frontend client certificate validation, backend client certificate), kept
-    #: as written: weir implements neither, and refuses what it would otherwise silently skip.
-    tls: dict[str, Any] | None = None
+    infrastructure: GatewayInfrastructure | None = None
+    tls: GatewaySpecTLS | None = None
+    allowed_listeners: AllowedListeners | None = None
 
     @model_validator(mode="after")
     def _unique_listener_names(self) -> GatewaySpec:
-        names = [listener.name for listener in self.listeners]
-        if len(names) != len(set(names)):
-            raise ValueError("Listener name must be unique within the Gateway")
-        combos = [(lst.port, lst.protocol, lst.hostname) for lst in self.listeners]
-        if len(combos) != len(set(combos)):
-            raise ValueError("Combination of port, protocol and hostname must be unique for each listener")
+        unique_listeners(self.listeners, fold_case=False)
         return self
 
 
@@ -512,6 +613,34 @@ def _replaces_prefix(filters: tuple[HTTPRouteFilter, ...], kind: str) -> bool:
     return found == 1
 
 
+class CookieConfig(Model):
+    """``sessionPersistence.cookieConfig``: a session cookie (gone with the browser) or a permanent one."""
+
+    lifetime_type: Literal["Permanent", "Session"] = "Session"
+
+
+class SessionPersistence(Model):
+    """A rule's ``sessionPersistence``: requests of one session go to the endpoint that served the first.
+
+    The session is carried in a cookie weir sets (``Cookie``) or in a header
+    the backend hands out and clients send back (``Header``), named
+    ``sessionName``. ``absoluteTimeout`` bounds a permanent cookie's life.
+    """
+
+    session_name: str | None = Field(default=None, max_length=128)
+    absolute_timeout: Duration | None = None
+    idle_timeout: Duration | None = None
+    type: Literal["Cookie", "Header"] = "Cookie"
+    cookie_config: CookieConfig | None = None
+
+    @model_validator(mode="after")
+    def _permanent_needs_timeout(self) -> Self:
+        permanent = self.cookie_config is not None and self.cookie_config.lifetime_type == "Permanent"
+        if permanent and self.absolute_timeout is None:
+            raise ValueError("AbsoluteTimeout must be specified when cookie lifetimeType is Permanent")
+        return self
+
+
 class HTTPRouteRule(Model):
     name: SectionName | None = None
     matches: tuple[HTTPRouteMatch, ...] = Field(default=(HTTPRouteMatch(),), max_length=64)
@@ -519,7 +648,7 @@ class HTTPRouteRule(Model):
     backend_refs: tuple[HTTPBackendRef, ...] = Field(default=(), max_length=16)
     timeouts: HTTPRouteTimeouts | None = None
     retry: HTTPRouteRetry | None = None
-    session_persistence: dict[str, Any] | None = None
+    session_persistence: SessionPersistence | None = None
 
     @model_validator(mode="after")
     def _filters_fit_rule(self) -> Self:

@@ -8,7 +8,7 @@ are declared here as :class:`~weir.api.cel.CelRule`, word for word.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -20,6 +20,7 @@ from weir.api.gateway_v1 import (
     HTTPHeaderFilter,
     HTTPRequestMirrorFilter,
     ParentReference,
+    SessionPersistence,
 )
 from weir.api.meta import Hostname, KubeObject, LocalObjectReference, Model, SectionName
 
@@ -135,7 +136,7 @@ class GRPCRouteRule(Model):
     matches: tuple[GRPCRouteMatch, ...] = Field(default=(), max_length=8)
     filters: GRPCRouteFilters = ()
     backend_refs: tuple[GRPCBackendRef, ...] = Field(default=(), max_length=16)
-    session_persistence: dict[str, Any] | None = None
+    session_persistence: SessionPersistence | None = None
 
 
 _TOTAL_MATCHES = " + ".join(

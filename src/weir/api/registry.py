@@ -8,12 +8,15 @@ from weir.api import (
     gateway_v1,
     gateway_v1_backendtlspolicy,
     gateway_v1_grpcroute,
+    gateway_v1_listenerset,
+    gateway_v1_tcproute,
     gateway_v1_tlsroute,
-    gateway_v1alpha2,
+    gateway_v1_udproute,
     gateway_v1beta1,
     weir_policies_v1alpha1,
     weir_v1alpha1,
     xbackend_v1alpha1,
+    xbackendtrafficpolicy_v1alpha1,
 )
 from weir.api.meta import KubeObject
 
@@ -27,19 +30,29 @@ MODELS: tuple[type[KubeObject], ...] = (
     weir_v1alpha1.GatewayClassConfig,
     gateway_v1.GatewayClass,
     gateway_v1.Gateway,
+    gateway_v1_listenerset.ListenerSet,
     gateway_v1.HTTPRoute,
-    gateway_v1alpha2.TCPRoute,
+    gateway_v1_tcproute.TCPRoute,
     gateway_v1_tlsroute.TLSRoute,
+    gateway_v1_udproute.UDPRoute,
     gateway_v1beta1.ReferenceGrant,
     xbackend_v1alpha1.XBackend,
     gateway_v1_backendtlspolicy.BackendTLSPolicy,
     weir_policies_v1alpha1.BackendCredentialPolicy,
     weir_policies_v1alpha1.BackendMCPPolicy,
     gateway_v1_grpcroute.GRPCRoute,
+    xbackendtrafficpolicy_v1alpha1.XBackendTrafficPolicy,
+)
+
+#: Older versions of a kind in :data:`MODELS` whose schema differs from the current one's, read
+#: from files only (a cluster serves the current version, which is the one weir watches).
+OLDER_VERSIONS: tuple[type[KubeObject], ...] = (
+    gateway_v1_tcproute.TCPRouteV1Alpha2,
+    gateway_v1_udproute.UDPRouteV1Alpha2,
 )
 
 _BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {
-    (version, m.KIND): m for m in MODELS for version in (m.API_VERSION, *m.ALSO_SERVED)
+    (version, m.KIND): m for m in (*MODELS, *OLDER_VERSIONS) for version in (m.API_VERSION, *m.ALSO_SERVED)
 }
 _KINDS: dict[str, type[KubeObject]] = {m.KIND: m for m in MODELS}
 

@@ -28,11 +28,12 @@ from weir.translate.gateways import (
     accepted_classes,
     gateway_contexts,
     gateway_status,
+    listener_set_status,
 )
 from weir.translate.grpcroutes import kind_conflicts, translate_grpc_routes
 from weir.translate.routes import RouteTable, RouteUnit, place_unit, translate_http_routes
 from weir.translate.settings import Settings
-from weir.translate.tcproutes import tcp_backends, translate_tcp_routes
+from weir.translate.tcproutes import tcp_backends, translate_tcp_routes, translate_udp_routes
 from weir.translate.tlslisteners import tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
 from weir.translate.virtualhosts import claimed, owned_virtual_hosts
@@ -119,10 +120,12 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
         translate_grpc_routes(resources, gateways, resolver, settings.controller_name, other, conflicts)
     )
     statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, other))
+    statuses.update(translate_udp_routes(resources, gateways, resolver, settings.controller_name, other))
     statuses.update(translate_tls_routes(resources, gateways, resolver, settings.controller_name, other))
     table.upstreams.update(other.upstreams)
     table.secrets.update(other.secrets)
     table.tcp.update(other.tcp)
+    table.udp.update(other.udp)
     # After every kind of route has resolved its backends: the policy depends on all users.
     policy = _egress_inputs(resources, settings, classes, gateways)
     refused, refused_secrets = _apply_egress_policy(policy, gateways, resolver, table)
@@ -130,6 +133,7 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
     statuses.update(resolver.tls_policies.statuses(settings.controller_name))
     statuses.update(resolver.credential_policies.statuses(settings.controller_name))
     statuses.update(resolver.mcp_policies.statuses(settings.controller_name))
+    statuses.update(resolver.traffic_policies.statuses(settings.controller_name))
 
     # socket -> family; translation of gateways gave each socket to one family (HTTP, TLS, TCP),
     # and each TLS server name on a socket to one listener.
@@ -139,8 +143,10 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
     gateway_sockets: dict[ObjectKey, dict[str, tuple[tuple[str, int], ...]]] = {}
     for ctx in gateways:
         statuses[ctx.gateway.key] = gateway_status(ctx)
-        per_listener = {lc.name: lc.sockets for lc in ctx.listeners if lc.served}
-        gateway_sockets[ctx.gateway.key] = per_listener
+        gateway_sockets[ctx.gateway.key] = {lc.name: lc.sockets for lc in ctx.own_listeners if lc.served}
+        for lsc in ctx.listener_sets:  # settled by the data plane like a Gateway (same status shape)
+            statuses[lsc.key] = listener_set_status(lsc)
+            gateway_sockets[lsc.key] = {lc.name: lc.sockets for lc in lsc.listeners if lc.served}
         for lc in ctx.listeners:
             if lc.valid and lc.family == "TLS":  # served or not: each owns its server name
                 for sock in lc.sockets:
@@ -151,13 +157,18 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
             if lc.family == "HTTP":
                 for sock in lc.sockets:
                     http_sockets.setdefault(sock, []).append(lc)
-            for cert in lc.certificates:
-                table.secrets[cert.name] = cert
-                other.secrets[cert.name] = cert
+            listener_secrets: list[ir.Secret] = [*lc.certificates]
+            if lc.client_validation is not None:
+                listener_secrets.append(lc.client_validation.bundle)
+            for secret in listener_secrets:
+                table.secrets[secret.name] = secret
+                other.secrets[secret.name] = secret
 
     listeners = tuple(
         _tcp_listener(sock, table)
         if sockets[sock] == "TCP"
+        else _udp_listener(sock, table)
+        if sockets[sock] == "UDP"
         else routed_listener(sock, http_sockets, tls_sockets)
         for sock in sorted(sockets)
     )
@@ -182,6 +193,11 @@ def _listener_name(address: str, port: int) -> str:
 def _tcp_listener(socket: tuple[str, int], table: RouteTable) -> ir.TcpListener:
     address, port = socket
     return ir.TcpListener(_listener_name(address, port), address, port, table.tcp.get(socket, ()))
+
+
+def _udp_listener(socket: tuple[str, int], table: RouteTable) -> ir.UdpListener:
+    address, port = socket
+    return ir.UdpListener(_listener_name(address, port), address, port, table.udp.get(socket, ()))
 
 
 def routed_listener(

@@ -29,6 +29,7 @@ from weir.translate.credentials import CredentialPolicies
 from weir.translate.grants import reference_permitted
 from weir.translate.mcppolicy import McpPolicies
 from weir.translate.settings import Settings
+from weir.translate.traffic import TrafficPolicies
 
 #: Kubernetes' standard application protocols (KEP-3726) weir acts on.
 H2C_APP_PROTOCOL = "kubernetes.io/h2c"
@@ -38,6 +39,7 @@ WSS_APP_PROTOCOL = "kubernetes.io/wss"
 
 #: Route kinds that relay bytes rather than requests: their backends speak raw TCP.
 RAW_ROUTE_KINDS = ("TCPRoute", "TLSRoute")
+UDP_ROUTE = "UDPRoute"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,8 @@ class Resolved:
     streaming: bool = False
     #: Why the object cannot be used (``upstream`` is ``None``), for the route's own status.
     unusable: str = ""
+    #: The session persistence an XBackendTrafficPolicy asks of requests to this backend.
+    session: ir.SessionAffinity | None = None
 
 
 def no_usable_backend(index: int, unusable: list[str], any_usable: bool, outcome: str) -> RefFailure | None:
@@ -102,6 +106,7 @@ class BackendResolver:
         self.tls_policies = BackendTLSPolicies(resources, settings)
         self.credential_policies = CredentialPolicies(resources)
         self.mcp_policies = McpPolicies(resources)
+        self.traffic_policies = TrafficPolicies(resources)
 
     def resolve(
         self,
@@ -183,16 +188,25 @@ class BackendResolver:
         svc = self._resources.service(namespace, ref.name)
         if svc is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"Service {namespace}/{ref.name} does not exist")
-        port = next((p for p in svc.spec.ports if p.port == ref.port), None)
+        # A port number may be served over TCP and UDP alike (DNS): UDPRoutes use the UDP one,
+        # every other kind the TCP one.
+        transport = "UDP" if route_kind == UDP_ROUTE else "TCP"
+        port = next((p for p in svc.spec.ports if p.port == ref.port and p.protocol == transport), None)
         if port is None:
-            have = ", ".join(str(p.port) for p in svc.spec.ports) or "none"
+            have = ", ".join(f"{p.port}/{p.protocol}" for p in svc.spec.ports) or "none"
             return RefFailure(
                 st.R_BACKEND_NOT_FOUND,
-                f"Service {namespace}/{ref.name} has no port {ref.port} (its ports: {have})",
+                f"Service {namespace}/{ref.name} has no {transport} port {ref.port} (its ports: {have})",
             )
-        applied_credential = None  # raw bytes (TCPRoute, TLSRoute) carry no headers
+        applied_credential = None  # raw bytes (TCPRoute, TLSRoute, UDPRoute) carry no headers
+        traffic = None  # nor retries, nor sessions
+        if route_kind == UDP_ROUTE:  # datagrams: no TLS origination either
+            name = f"service/{namespace}/{ref.name}/{port.port}/udp"
+            endpoints = ir.StaticEndpoints(self._endpoints(svc, port))
+            return Resolved(ir.Upstream(name=name, destination=endpoints, protocol=ir.UpstreamProtocol.UDP))
         if route_kind not in RAW_ROUTE_KINDS:
             applied_credential = self.credential_policies.for_service_port(svc, port, gateways)
+            traffic = self.traffic_policies.for_service(svc, gateways)
         applied = self.tls_policies.for_port(svc, port, gateways)
         upstream_tls: ir.UpstreamTLS | None = None
         secrets: tuple[ir.Secret, ...] = ()
@@ -237,8 +251,9 @@ class BackendResolver:
             tls=upstream_tls,
             websocket=websocket,
             credential=credential,
+            retry_budget=traffic.retry_budget if traffic else None,
         )
-        return Resolved(upstream, secrets, streaming=websocket)
+        return Resolved(upstream, secrets, streaming=websocket, session=traffic.session if traffic else None)
 
     def _endpoints(self, svc: Service, port: ServicePort) -> tuple[ir.Endpoint, ...]:
         """The endpoints of ``svc`` for ``port``, from every slice, matched to slice ports by name.
@@ -276,6 +291,12 @@ class BackendResolver:
         xb = self._resources.get(XBackend, namespace, ref.name)
         if xb is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
+        if route_kind == UDP_ROUTE:
+            return RefFailure(
+                st.R_UNSUPPORTED_PROTOCOL,
+                f"XBackend {namespace}/{ref.name} cannot take UDP: XBackends speak TCP-based protocols "
+                "(external UDP egress is not guarded by weir); use a Service",
+            )
         if ref.port is not None and ref.port != xb.spec.port.port:
             return RefFailure(
                 st.R_BACKEND_NOT_FOUND,
@@ -307,13 +328,20 @@ class BackendResolver:
         # The Gateways become ancestors of the policies; the verdict applies them (once per XBackend).
         self.credential_policies.for_xbackend(xb, gateways)
         self.mcp_policies.for_xbackend(xb, gateways)
+        traffic = self.traffic_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
         why = ""
         if verdict.upstream is None:
             failed = next((c for c in verdict.conditions if not c[1]), None)
             detail = f"{failed[0]}=False, {failed[2]}: {failed[3]}" if failed else "see its status"
             why = f"XBackend {namespace}/{ref.name} is refused ({detail})"
-        return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol == "MCP", unusable=why)
+        return Resolved(
+            verdict.upstream,
+            verdict.secrets,
+            streaming=xb.spec.protocol == "MCP",
+            unusable=why,
+            session=traffic.session if traffic else None,
+        )
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
@@ -334,6 +362,9 @@ class BackendResolver:
         tools = self.mcp_policies.for_xbackend(xb)
         if tools is not None:
             upstream = dataclasses.replace(upstream, mcp_tools=tools)
+        traffic = self.traffic_policies.for_xbackend(xb)
+        if traffic is not None and traffic.retry_budget is not None:
+            upstream = dataclasses.replace(upstream, retry_budget=traffic.retry_budget)
         applied = self.credential_policies.for_xbackend(xb)
         if applied is None:
             return dataclasses.replace(verdict, upstream=upstream)

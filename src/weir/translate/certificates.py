@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP, Gateway, GatewayTLSConfig
+from weir.api.gateway_v1 import GROUP, GatewayTLSConfig
+from weir.api.meta import KubeObject
 from weir.resources import Resources
 from weir.translate import status as st
 from weir.translate.grants import reference_permitted
@@ -29,9 +30,13 @@ class CertificateProblem:
 
 
 def listener_certificates(
-    resources: Resources, gateway: Gateway, tls: GatewayTLSConfig | None
+    resources: Resources, owner: KubeObject, tls: GatewayTLSConfig | None
 ) -> tuple[ir.TlsCertificate, ...] | CertificateProblem:
     """The certificates of a TLS-terminating listener, in ``certificateRefs`` order, or the first problem.
+
+    ``owner`` declares the listener (a Gateway, or a ListenerSet: its Secrets
+    are its own namespace's, and a ReferenceGrant must name ListenerSets to
+    open another one to it; a Gateway's grants are not inherited).
 
     Each is named ``server-cert/NS/NAME/<content hash>``: by content, so
     that a rotated Secret is a new secret and a changed filter chain, which
@@ -47,7 +52,7 @@ def listener_certificates(
         )
     out: list[ir.TlsCertificate] = []
     for i, ref in enumerate(tls.certificate_refs):
-        namespace = ref.namespace or gateway.namespace
+        namespace = ref.namespace or owner.namespace
         where = f"tls.certificateRefs[{i}] ({ref.kind} {namespace}/{ref.name})"
         if ref.group != "" or ref.kind != "Secret":
             return CertificateProblem(
@@ -58,8 +63,8 @@ def listener_certificates(
         if not reference_permitted(
             resources,
             from_group=GROUP,
-            from_kind="Gateway",
-            from_namespace=gateway.namespace,
+            from_kind=type(owner).KIND,
+            from_namespace=owner.namespace,
             to_group="",
             to_kind="Secret",
             to_namespace=namespace,
@@ -68,7 +73,7 @@ def listener_certificates(
             return CertificateProblem(
                 st.R_REF_NOT_PERMITTED,
                 f"{where} is in another namespace and no ReferenceGrant in {namespace} allows "
-                f"Gateways from {gateway.namespace} to refer to it",
+                f"{type(owner).KIND}s from {owner.namespace} to refer to it",
             )
         secret = resources.secret(namespace, ref.name)
         if secret is None:

@@ -15,6 +15,7 @@ configuration.
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 
 import re2
@@ -29,6 +30,7 @@ from weir.api.gateway_v1 import (
     HTTPRouteFilter,
     HTTPRouteMatch,
     HTTPRouteRule,
+    SessionPersistence,
     duration_ms,
 )
 
@@ -67,8 +69,12 @@ def regex_problem(pattern: str) -> str | None:
 def rule_problems(rule: HTTPRouteRule, where: str) -> list[str]:
     """What in ``rule`` (at ``where``, e.g. ``spec.rules[0]``) weir cannot serve."""
     found: list[str] = []
-    if rule.session_persistence is not None:
-        found.append(f"{where}.sessionPersistence is not supported")
+    session = rule.session_persistence
+    if session is not None and session.idle_timeout is not None:
+        found.append(
+            f"{where}.sessionPersistence.idleTimeout is not supported (Envoy ends a session only by its "
+            "cookie's lifetime): remove it, or bound the session with absoluteTimeout"
+        )
     for mi, match in enumerate(rule.matches):
         found.extend(_match_problems(match, f"{where}.matches[{mi}]"))
     for fi, f in enumerate(rule.filters):
@@ -285,3 +291,33 @@ def rule_timing(rule: HTTPRouteRule, *, request_ms: int, idle_ms: int) -> Timing
         tries = 1 + (retry.attempts if retry else 0)
         request_ms = max(request_ms, backend_ms * tries)
     return Timing(request_ms=request_ms, idle_ms=idle_ms, backend_ms=backend_ms, retry=retry)
+
+
+# ---------------------------------------------------------------- session persistence
+
+
+def session_affinity(config: SessionPersistence | None, rule_id: str) -> ir.SessionAffinity | None:
+    """The session persistence of a rule (``rule_id``: ``kind/namespace/name/rule/N``), if it has one.
+
+    Without ``sessionName`` the cookie or header is named after the rule
+    (``weir-session-`` and a hash of ``rule_id``), so that two rules' sessions
+    never share a name. A permanent cookie lives ``absoluteTimeout``; a
+    session cookie (the default) as long as the browser keeps it.
+    """
+    if config is None:
+        return None
+    name = config.session_name or "weir-session-" + hashlib.sha256(rule_id.encode()).hexdigest()[:10]
+    permanent = config.cookie_config is not None and config.cookie_config.lifetime_type == "Permanent"
+    ttl_s = 0
+    if permanent and config.absolute_timeout is not None:
+        ttl_s = max(1, -(-duration_ms(config.absolute_timeout) // 1000))
+    return ir.SessionAffinity("cookie" if config.type == "Cookie" else "header", name, ttl_s)
+
+
+def backends_session(sessions: list[ir.SessionAffinity | None]) -> ir.SessionAffinity | None:
+    """The session persistence a rule gets from its backends' policies: theirs when every backend
+    asks for the same one (a session pins an endpoint within a backend, so a split between
+    backends that disagree has none)."""
+    if not sessions or sessions[0] is None or any(s != sessions[0] for s in sessions[1:]):
+        return None
+    return sessions[0]

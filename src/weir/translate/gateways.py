@@ -8,17 +8,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, Listener
-from weir.api.meta import ObjectKey
+from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, LabelSelector, Listener
+from weir.api.gateway_v1_listenerset import ListenerSet
+from weir.api.meta import KubeObject, ObjectKey
 from weir.features import SUPPORTED_FEATURES
 from weir.resources import Resources
+from weir.translate import frontendtls
 from weir.translate import status as st
 from weir.translate.certificates import CertificateProblem, listener_certificates
 from weir.translate.egress import class_config
+from weir.translate.frontendtls import ClientCAProblem, ClientValidation
 from weir.translate.settings import Settings
 
 #: Route kinds a listener of each protocol can carry, today.
-SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute", "GRPCRoute"), "TCP": ("TCPRoute",)}
+SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {
+    "HTTP": ("HTTPRoute", "GRPCRoute"),
+    "TCP": ("TCPRoute",),
+    "UDP": ("UDPRoute",),
+}
 #: HTTPS carries what HTTP carries, inside TLS; TLS carries TLSRoutes (passthrough or terminated).
 SUPPORTED_KINDS["HTTPS"] = SUPPORTED_KINDS["HTTP"]
 SUPPORTED_KINDS["TLS"] = ("TLSRoute",)
@@ -30,8 +37,11 @@ GATEWAY_API_VERSION = "v1.6"
 CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP")
 
 #: Which listeners can share a socket: HTTP ones (told apart by Host), TLS ones (HTTPS and
-#: TLS, told apart by the server name of the ClientHello); a TCP listener has its socket alone.
-FAMILIES = {"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP"}
+#: TLS, told apart by the server name of the ClientHello); a TCP or UDP listener has its socket
+#: alone (weir keys sockets by address and port, so a UDP listener does not share a port with TCP).
+FAMILIES = {"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP", "UDP": "UDP"}
+#: Families whose listener has its socket alone.
+ALONE = ("TCP", "UDP")
 
 #: A route's place among the routes of one domain: smaller first (see :mod:`weir.translate.routes`).
 RouteEntry = tuple[tuple[Any, ...], ir.Route]
@@ -75,6 +85,10 @@ class ListenerContext:
     unsupported: str | None = None
     certificates: tuple[ir.TlsCertificate, ...] = ()
     certificate_problem: CertificateProblem | None = None
+    #: HTTPS only: how clients' certificates are validated (the Gateway's ``spec.tls.frontend``
+    #: for this port), or why they cannot be; either way the listener owns its server name.
+    client_validation: ClientValidation | None = None
+    client_ca_problem: ClientCAProblem | None = None
     #: Listeners on the same socket whose TLS hostnames overlap this one's (``OverlappingTLSConfig``).
     overlapping: list[str] = field(default_factory=list)
     #: The HTTP routes attached to this listener, by domain (filled by route translation); what
@@ -83,10 +97,17 @@ class ListenerContext:
     #: A TLS listener's server names, each with the backends of the TLSRoute that gets its
     #: connections (filled by TLSRoute translation).
     relays: dict[str, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
+    #: The ListenerSet this listener comes from (``None``: the Gateway's own).
+    listener_set: ListenerSet | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def owner(self) -> KubeObject:
+        """The object that declares the listener: its Gateway, or the ListenerSet that adds it."""
+        return self.listener_set if self.listener_set is not None else self.gateway
 
     @property
     def protocol(self) -> str:
@@ -114,17 +135,45 @@ class ListenerContext:
     @property
     def served(self) -> bool:
         """Accepted and usable: it is in the data plane."""
-        return self.valid and self.certificate_problem is None
+        return self.valid and self.certificate_problem is None and self.client_ca_problem is None
+
+
+@dataclass
+class ListenerSetContext:
+    """A ListenerSet that names one of weir's Gateways: its listeners once attached, or why not.
+
+    ``refusal`` is its ``Accepted=False`` reason and message (the Gateway does
+    not allow it, or is not accepted itself); its listeners are then not
+    part of the Gateway.
+    """
+
+    listener_set: ListenerSet
+    listeners: list[ListenerContext] = field(default_factory=list)
+    refusal: tuple[str, str] | None = None
+
+    @property
+    def key(self) -> ObjectKey:
+        return self.listener_set.key
 
 
 @dataclass
 class GatewayContext:
+    """A Gateway of weir's classes. ``listeners`` is the merged list the Gateway API describes: the
+    Gateway's own, then those of its attached ListenerSets in precedence order."""
+
     gateway: Gateway
     listeners: list[ListenerContext] = field(default_factory=list)
     addresses: tuple[str, ...] = ()
     conditions: list[st.Condition] = field(default_factory=list)
     #: ``status.addresses`` when they are not where listeners bind (see :func:`published_addresses`).
     published: tuple[tuple[str, str], ...] | None = None
+    #: Every ListenerSet naming this Gateway, oldest first (attached or refused).
+    listener_sets: list[ListenerSetContext] = field(default_factory=list)
+
+    @property
+    def own_listeners(self) -> list[ListenerContext]:
+        """The listeners of ``spec.listeners`` (those the Gateway's status reports)."""
+        return [lc for lc in self.listeners if lc.listener_set is None]
 
 
 def accepted_classes(
@@ -190,11 +239,89 @@ def gateway_contexts(resources: Resources, settings: Settings, classes: set[str]
     for gw in resources.all(Gateway):
         if gw.spec.gateway_class_name in classes:
             out.append(_gateway_context(resources, gw, settings))
+    _attach_listener_sets(resources, out)
     _settle_sockets(out)
     _note_overlaps(out)
     for ctx in out:
         _gateway_accepted(ctx)
     return out
+
+
+def _attach_listener_sets(resources: Resources, gateways: list[GatewayContext]) -> None:
+    """Give each Gateway the ListenerSets that name it, oldest first, their listeners added to its own.
+
+    A ListenerSet is attached when its Gateway is accepted and allows it
+    (``spec.allowedListeners``; none by default); otherwise it is refused
+    (``NotAllowed``, ``ParentNotAccepted``) and adds nothing. ListenerSets
+    naming a Gateway of another controller, or none that exists, are not
+    weir's to report on.
+    """
+    by_key = {ctx.gateway.key: ctx for ctx in gateways}
+    for ls in sorted(resources.all(ListenerSet), key=_precedence):
+        ref = ls.spec.parent_ref
+        ctx = by_key.get(ObjectKey("Gateway", ref.namespace or ls.namespace, ref.name))
+        if ref.group != GROUP or ref.kind != "Gateway" or ctx is None:
+            continue
+        lsc = ListenerSetContext(ls)
+        ctx.listener_sets.append(lsc)
+        gw = ctx.gateway
+        if not ctx.addresses:
+            lsc.refusal = (st.R_PARENT_NOT_ACCEPTED, f"Gateway {gw.namespace}/{gw.name} is not accepted")
+            continue
+        refused = _listener_set_refused(resources, gw, ls)
+        if refused is not None:
+            lsc.refusal = (st.R_NOT_ALLOWED, refused)
+            continue
+        for spec in ls.spec.listeners:
+            lc = _listener_context(resources, gw, spec, ctx.addresses, listener_set=ls)
+            lsc.listeners.append(lc)
+            ctx.listeners.append(lc)
+
+
+def _precedence(obj: KubeObject) -> tuple[str, str, str]:
+    """The Gateway API's order among objects of one kind: oldest first, then namespace/name."""
+    return (obj.metadata.creation_timestamp or "", obj.namespace, obj.name)
+
+
+def _listener_set_refused(resources: Resources, gw: Gateway, ls: ListenerSet) -> str | None:
+    """Why ``gw``'s ``spec.allowedListeners`` does not allow ``ls``, or ``None`` when it does."""
+    allowed = gw.spec.allowed_listeners
+    source = allowed.namespaces.from_ if allowed is not None else "None"
+    gateway = f"Gateway {gw.namespace}/{gw.name}"
+    if source == "All" or (source == "Same" and ls.namespace == gw.namespace):
+        return None
+    if source == "Selector" and allowed is not None:
+        if namespace_selected(resources, allowed.namespaces.selector, ls.namespace):
+            return None
+        return (
+            f"{gateway} allows ListenerSets only from namespaces its spec.allowedListeners selector selects"
+        )
+    if source == "Same":
+        return f"{gateway} allows ListenerSets only from its own namespace ({gw.namespace})"
+    return f"{gateway} allows no ListenerSets: set its spec.allowedListeners.namespaces.from"
+
+
+def namespace_selected(resources: Resources, selector: LabelSelector | None, namespace: str) -> bool:
+    """Whether ``selector`` selects ``namespace`` by the labels of its Namespace object. Like the API
+    server, every namespace carries ``kubernetes.io/metadata.name``, declared or not."""
+    if selector is None:
+        return False
+    ns = resources.namespace(namespace)
+    labels = {**(ns.metadata.labels if ns else {}), "kubernetes.io/metadata.name": namespace}
+    for key, value in selector.match_labels.items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.match_expressions:
+        present = expr.key in labels
+        if expr.operator == "In" and (not present or labels[expr.key] not in expr.values):
+            return False
+        if expr.operator == "NotIn" and present and labels[expr.key] in expr.values:
+            return False
+        if expr.operator == "Exists" and not present:
+            return False
+        if expr.operator == "DoesNotExist" and present:
+            return False
+    return True
 
 
 def _settle_sockets(gateways: list[GatewayContext]) -> None:
@@ -222,19 +349,35 @@ def _settle_sockets(gateways: list[GatewayContext]) -> None:
         key=lambda c: (c.gateway.metadata.creation_timestamp or "", c.gateway.namespace, c.gateway.name),
     )
     for ctx in ordered:
-        valid = [lc for lc in ctx.listeners if lc.valid]
-        for lc in valid:
-            lc.conflict = _conflict_within(lc, valid)
-        for lc in valid:
-            if lc.conflict is None:
-                lc.conflict = _conflict_across(lc, owners, names)
-            if lc.conflict is not None:
-                lc.valid = False
-                continue
-            for socket in lc.sockets:
-                owners.setdefault(socket, lc)
-                if lc.family == "TLS":
-                    names.setdefault((socket, lc.hostname or ""), lc)
+        # The Gateway's own listeners, then each attached ListenerSet's: within one of these
+        # groups conflicting listeners are all refused; a later group never takes a port or
+        # a server name from an earlier one (the Gateway API's precedence for ListenerSets).
+        groups = [ctx.own_listeners, *(lsc.listeners for lsc in ctx.listener_sets)]
+        kept: list[ListenerContext] = []
+        for group in groups:
+            valid = [lc for lc in group if lc.valid]
+            for lc in valid:
+                lc.conflict = _conflict_within(lc, valid) or _conflict_within(lc, kept)
+            for lc in valid:
+                if lc.conflict is None:
+                    lc.conflict = _conflict_across(lc, owners, names)
+                if lc.conflict is not None:
+                    lc.valid = False
+                    continue
+                kept.append(lc)
+                for socket in lc.sockets:
+                    owners.setdefault(socket, lc)
+                    if lc.family == "TLS":
+                        names.setdefault((socket, lc.hostname or ""), lc)
+
+
+def _seen_from(other: ListenerContext, lc: ListenerContext) -> str:
+    """``other``'s name as ``lc``'s owner reads it: qualified when another object declares it
+    (listener names repeat across a Gateway and its ListenerSets)."""
+    if other.owner is lc.owner:
+        return other.name
+    owner = other.owner
+    return f"{other.name} of {type(owner).KIND} {owner.namespace}/{owner.name}"
 
 
 def _conflict_within(lc: ListenerContext, valid: list[ListenerContext]) -> Conflict | None:
@@ -250,9 +393,9 @@ def _conflict_within(lc: ListenerContext, valid: list[ListenerContext]) -> Confl
     if families:
         message = (
             f"Port {port} is also used by listener "
-            + ", ".join(f"{o.name} ({o.protocol})" for o in families)
+            + ", ".join(f"{_seen_from(o, lc)} ({o.protocol})" for o in families)
             + f", which cannot share it with {lc.protocol}: a port serves HTTP listeners, or HTTPS and "
-            "TLS listeners, or one TCP listener; change the port of one of them"
+            "TLS listeners, or one TCP or UDP listener; change the port of one of them"
         )
         return Conflict(st.R_INVALID, message, conflicted=st.R_PROTOCOL_CONFLICT)
     if lc.family != "TLS":
@@ -261,8 +404,9 @@ def _conflict_within(lc: ListenerContext, valid: list[ListenerContext]) -> Confl
     if not same:
         return None
     what = f"hostname {lc.hostname}" if lc.hostname else "no hostname (every server name)"
+    named = ", ".join(f"{_seen_from(o, lc)} ({o.protocol})" for o in same)
     message = (
-        f"Listener {', '.join(f'{o.name} ({o.protocol})' for o in same)} also has port {port} and {what}: "
+        f"Listener {named} also has port {port} and {what}: "
         "the server name of a TLS connection could not tell them apart; give them different hostnames "
         "or ports"
     )
@@ -285,7 +429,7 @@ def _conflict_across(
         if (
             owner is not None
             and owner.gateway is not lc.gateway
-            and (owner.family != lc.family or lc.family == "TCP")
+            and (owner.family != lc.family or lc.family in ALONE)
         ):
             gw = owner.gateway
             return Conflict(
@@ -293,8 +437,8 @@ def _conflict_across(
                 f"{address}:{port} is already served by listener {owner.name} ({owner.protocol}) of "
                 f"the older Gateway {gw.namespace}/{gw.name}; "
                 + (
-                    "a TCP listener needs its port for itself"
-                    if "TCP" in (lc.protocol, owner.protocol)
+                    f"a {alone.protocol} listener needs its port for itself"
+                    if (alone := lc if lc.family in ALONE else owner).family in ALONE
                     else "listeners of these protocols cannot share a port"
                 )
                 + ": use another port or another address",
@@ -367,6 +511,10 @@ def covers(hostname: str | None, name: str) -> bool:
 def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> GatewayContext:
     gen = gw.metadata.generation
     ctx = GatewayContext(gateway=gw)
+    refused = _refused_parameters(gw)
+    if refused is not None:
+        ctx.conditions.append(st.condition(st.ACCEPTED, False, st.R_INVALID_PARAMETERS, refused, gen))
+        return ctx
     addresses: list[str] = []
     unsupported: list[str] = []
     for addr in gw.spec.addresses:
@@ -395,6 +543,26 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
     for spec in gw.spec.listeners:
         ctx.listeners.append(_listener_context(resources, gw, spec, ctx.addresses))
     return ctx
+
+
+def _refused_parameters(gw: Gateway) -> str | None:
+    """Why the Gateway's ``spec.infrastructure.parametersRef`` refuses it, or ``None`` without one.
+
+    weir has no per-Gateway parameters kind (its GatewayClassConfig configures
+    a class, through the GatewayClass's ``parametersRef``), so any reference
+    is one it cannot use. The Gateway API asks for the Gateway to be refused
+    rather than served without the configuration its author asked for.
+    """
+    infrastructure = gw.spec.infrastructure
+    ref = infrastructure.parameters_ref if infrastructure is not None else None
+    if ref is None:
+        return None
+    named = f"{ref.kind} {ref.name!r} ({ref.group or 'core'})"
+    return (
+        f"spec.infrastructure.parametersRef names {named}; weir reads no per-Gateway parameters "
+        "(a GatewayClassConfig configures the whole class, through the GatewayClass's parametersRef). "
+        "Remove spec.infrastructure.parametersRef"
+    )
 
 
 def published_addresses(resources: Resources, settings: Settings) -> tuple[tuple[str, str], ...] | None:
@@ -439,14 +607,15 @@ def _address_type(value: str) -> str:
 def _gateway_accepted(ctx: GatewayContext) -> None:
     """Append the Gateway's ``Accepted`` condition once its listeners are settled."""
     if not ctx.addresses:
-        return  # already refused (unsupported addresses)
+        return  # already refused (parameters, unsupported addresses)
     gen = ctx.gateway.metadata.generation
-    valid = [lc for lc in ctx.listeners if lc.valid]
-    if all(lc.served for lc in ctx.listeners):
+    own = ctx.own_listeners
+    valid = [lc for lc in own if lc.valid]
+    if all(lc.served for lc in own):
         ctx.conditions.append(st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Gateway is valid", gen))
     else:
         # Not accepted, or accepted but unusable (certificates): either way not configured.
-        bad = ", ".join(lc.name for lc in ctx.listeners if not lc.served)
+        bad = ", ".join(lc.name for lc in own if not lc.served)
         ctx.conditions.append(
             st.condition(
                 st.ACCEPTED,
@@ -459,10 +628,15 @@ def _gateway_accepted(ctx: GatewayContext) -> None:
 
 
 def _listener_context(
-    resources: Resources, gw: Gateway, spec: Listener, addresses: tuple[str, ...]
+    resources: Resources,
+    gw: Gateway,
+    spec: Listener,
+    addresses: tuple[str, ...],
+    *,
+    listener_set: ListenerSet | None = None,
 ) -> ListenerContext:
     sockets = tuple((a, spec.port) for a in addresses)
-    lc = ListenerContext(gw, spec, sockets, (), valid=False)
+    lc = ListenerContext(gw, spec, sockets, (), valid=False, listener_set=listener_set)
     supported = SUPPORTED_KINDS.get(lc.protocol)
     if supported is None:
         return lc
@@ -478,17 +652,18 @@ def _listener_context(
     refused = []
     if spec.tls is not None and spec.tls.options:
         refused.append(f"tls.options ({', '.join(sorted(spec.tls.options))}): weir supports no TLS options")
-    frontend = (gw.spec.tls or {}).get("frontend")
-    if lc.protocol == "HTTPS" and frontend:
-        refused.append(
-            "the Gateway's spec.tls.frontend (client certificate validation): weir cannot validate "
-            "client certificates yet, and does not serve HTTPS without the validation asked for"
-        )
     if refused:
         lc.valid = False
         lc.unsupported = "; ".join(refused)
         return lc
-    found = listener_certificates(resources, gw, spec.tls)
+    validation = frontendtls.validation_for(gw, spec.port) if lc.protocol == "HTTPS" else None
+    if validation is not None:
+        resolved = frontendtls.client_validation(resources, gw, validation)
+        if isinstance(resolved, ClientCAProblem):
+            lc.client_ca_problem = resolved
+        else:
+            lc.client_validation = resolved
+    found = listener_certificates(resources, lc.owner, spec.tls)
     if isinstance(found, CertificateProblem):
         lc.certificate_problem = found
     else:
@@ -504,7 +679,7 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
         conditions.append(
             st.condition(st.PROGRAMMED, False, st.R_INVALID, "The Gateway is not accepted", gen)
         )
-    elif any(lc.served for lc in ctx.listeners):
+    elif any(lc.served for lc in ctx.own_listeners):
         conditions.append(st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen))
     else:
         conditions.append(
@@ -516,22 +691,73 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
                 gen,
             )
         )
-    listeners = []
-    for lc in ctx.listeners:
-        listeners.append(
-            {
-                "name": lc.name,
-                "supportedKinds": [{"group": GROUP, "kind": k} for k in lc.kinds],
-                "attachedRoutes": lc.attached,
-                "conditions": _listener_conditions(lc, gen),
-            }
+    listeners = _listener_entries(ctx.own_listeners, gen)
+    if frontendtls.insecure_fallback(ctx.gateway):
+        conditions.append(
+            st.condition(
+                st.INSECURE_FRONTEND_VALIDATION_MODE,
+                True,
+                st.R_CONFIGURATION_CHANGED,
+                "spec.tls.frontend uses AllowInsecureFallback: HTTPS clients without a valid "
+                "certificate are let in, and backends must authorize them",
+                gen,
+            )
         )
     status: dict[str, Any] = {"conditions": conditions, "listeners": listeners}
+    if ctx.listener_sets:
+        status["attachedListenerSets"] = sum(1 for lsc in ctx.listener_sets if lsc.refusal is None)
     if ctx.published is not None:
         status["addresses"] = [{"type": kind, "value": value} for kind, value in ctx.published]
     elif ctx.addresses:
         status["addresses"] = [{"type": "IPAddress", "value": a} for a in ctx.addresses]
     return status
+
+
+def _listener_entries(listeners: list[ListenerContext], gen: int) -> list[dict[str, Any]]:
+    """``status.listeners`` of a Gateway or a ListenerSet (the same shape for both)."""
+    return [
+        {
+            "name": lc.name,
+            "supportedKinds": [{"group": GROUP, "kind": k} for k in lc.kinds],
+            "attachedRoutes": lc.attached,
+            "conditions": _listener_conditions(lc, gen),
+        }
+        for lc in listeners
+    ]
+
+
+def listener_set_status(lsc: ListenerSetContext) -> dict[str, Any]:
+    """The status of a ListenerSet once routes have attached (``attachedRoutes`` is final).
+
+    ``Programmed`` is ``Pending`` while any of its listeners is served (the
+    data plane settles it, as for Gateways).
+    """
+    gen = lsc.listener_set.metadata.generation
+    if lsc.refusal is not None:
+        reason, message = lsc.refusal
+        return {
+            "conditions": [
+                st.condition(st.ACCEPTED, False, reason, message, gen),
+                st.condition(st.PROGRAMMED, False, st.R_INVALID, "The ListenerSet is not accepted", gen),
+            ],
+            "listeners": [],
+        }
+    served = [lc for lc in lsc.listeners if lc.served]
+    bad = ", ".join(lc.name for lc in lsc.listeners if not lc.served)
+    if not bad:
+        accepted = st.condition(
+            st.ACCEPTED, True, st.R_ACCEPTED, "ListenerSet is attached to its Gateway", gen
+        )
+    else:
+        message = f"Listeners not valid: {bad}; see each listener's conditions"
+        valid = any(lc.valid for lc in lsc.listeners)
+        accepted = st.condition(st.ACCEPTED, valid, st.R_LISTENERS_NOT_VALID, message, gen)
+    if served:
+        programmed = st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen)
+    else:
+        message = "No listener can be served; see each listener's conditions"
+        programmed = st.condition(st.PROGRAMMED, False, st.R_INVALID, message, gen)
+    return {"conditions": [accepted, programmed], "listeners": _listener_entries(lsc.listeners, gen)}
 
 
 def _listener_conditions(lc: ListenerContext, gen: int) -> list[st.Condition]:
@@ -558,21 +784,31 @@ def _listener_conditions(lc: ListenerContext, gen: int) -> list[st.Condition]:
             )
             accepted = st.condition(st.ACCEPTED, False, st.R_UNSUPPORTED_PROTOCOL, message, gen)
         return [accepted, not_accepted, no_refs]
-    conds = [st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Listener is valid", gen)]
+    accepted = st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Listener is valid", gen)
+    programmed = st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen)
     problems: list[tuple[str, str]] = []
-    if lc.certificate_problem is not None:
-        problems.append((lc.certificate_problem.reason, lc.certificate_problem.message))
-        conds.append(
-            st.condition(
-                st.PROGRAMMED,
-                False,
-                st.R_INVALID,
-                "The listener serves nothing until its certificates resolve; see ResolvedRefs",
-                gen,
-            )
+    if lc.client_ca_problem is not None:
+        problem = lc.client_ca_problem
+        problems.append((problem.reason, problem.message))
+        accepted = st.condition(
+            st.ACCEPTED,
+            False,
+            st.R_NO_VALID_CA_CERTIFICATE,
+            "Client certificates cannot be validated as spec.tls.frontend asks: the listener serves "
+            "nothing rather than let clients in unchecked; see ResolvedRefs",
+            gen,
         )
-    else:
-        conds.append(st.condition(st.PROGRAMMED, False, st.R_PENDING, st.PENDING_MESSAGE, gen))
+        programmed = st.condition(st.PROGRAMMED, False, st.R_INVALID, "The listener is not accepted", gen)
+    elif lc.certificate_problem is not None:
+        problems.append((lc.certificate_problem.reason, lc.certificate_problem.message))
+        programmed = st.condition(
+            st.PROGRAMMED,
+            False,
+            st.R_INVALID,
+            "The listener serves nothing until its certificates resolve; see ResolvedRefs",
+            gen,
+        )
+    conds = [accepted, programmed]
     wanted = [f"{k.group}/{k.kind}" for k in lc.spec.allowed_routes.kinds]
     invalid = [w for w in wanted if w.split("/", 1)[1] not in lc.kinds or not w.startswith(GROUP + "/")]
     if invalid:

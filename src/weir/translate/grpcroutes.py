@@ -46,13 +46,12 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from weir import ir
 from weir.api.gateway_v1 import (
-    GROUP,
     BackendRef,
     HTTPBackendRef,
     HTTPRoute,
@@ -74,6 +73,8 @@ from weir.translate.routes import (
     SortKey,
     attach,
     intersect_hostnames,
+    parent_index,
+    parent_refs,
     place_route,
     route_parent_entry,
     unsupported_fields,
@@ -121,15 +122,14 @@ def kind_conflicts(resources: Resources, gateways: list[GatewayContext]) -> Kind
     """
     if not resources.grpc_routes or not resources.http_routes:
         return KindConflicts()
-    by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    existing = {gw.key for gw in resources.gateways}
+    by_key, existing = parent_index(resources, gateways)
     claims: dict[int, list[tuple[HTTPRoute | GRPCRoute, Attachment]]] = defaultdict(list)
     routes: list[HTTPRoute | GRPCRoute] = [*resources.http_routes, *resources.grpc_routes]
     for route in routes:
         unsupported = unsupported_fields(route) if isinstance(route, HTTPRoute) else _problems(route)
         if unsupported:
             continue
-        for ref, ctx, gw_key in _parents(route, by_key, existing):
+        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
             _, found = attach(resources, route, ref, ctx, gw_key, [])
             for att in found:
                 claims[id(att.listener)].append((route, att))
@@ -167,23 +167,6 @@ def _age(route: HTTPRoute | GRPCRoute) -> tuple[str, str, str]:
     return (route.metadata.creation_timestamp or "", route.namespace, route.name)
 
 
-def _parents(
-    route: HTTPRoute | GRPCRoute, by_key: Mapping[ObjectKey, GatewayContext], existing: set[ObjectKey]
-) -> Iterable[tuple[ParentReference, GatewayContext | None, ObjectKey]]:
-    """The route's parentRefs to weir's Gateways (``by_key``) or to Gateways that do not exist.
-
-    ``existing``: every Gateway; those not in ``by_key`` are other controllers'.
-    """
-    for ref in route.spec.parent_refs:
-        if ref.group != GROUP or ref.kind != "Gateway":
-            continue
-        gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
-        ctx = by_key.get(gw_key)
-        if ctx is None and gw_key in existing:
-            continue  # another controller's Gateway
-        yield ref, ctx, gw_key
-
-
 # ------------------------------------------------------------------ translation
 
 
@@ -201,14 +184,13 @@ def translate_grpc_routes(
     listener; only parentRefs to weir's Gateways (or to Gateways that do not
     exist) get a status entry, other controllers' entries are kept.
     """
-    by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    existing = {gw.key for gw in resources.gateways}
+    by_key, existing = parent_index(resources, gateways)
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.grpc_routes:
         problems = _problems(route)
         parents: list[tuple[ParentReference, st.Condition]] = []
         attachments: list[Attachment] = []
-        for ref, ctx, gw_key in _parents(route, by_key, existing):
+        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
             accepted, found = attach(resources, route, ref, ctx, gw_key, problems, conflicts.of(route.key))
             attachments.extend(found)
             parents.append((ref, accepted))
@@ -305,6 +287,8 @@ def _resolve_rules(
     failure: RefFailure | None = None
     unusable: list[str] = []  # the current rule's backends that exist but cannot be used
 
+    sessions: dict[str, ir.SessionAffinity | None] = {}
+
     def resolve(ref: BackendRef) -> str | None:
         nonlocal failure
         result = resolver.resolve(
@@ -319,6 +303,7 @@ def _resolve_rules(
             unusable.append(result.unusable)
             return None
         table.upstreams[result.upstream.name] = result.upstream
+        sessions[result.upstream.name] = result.session
         return result.upstream.name
 
     rules: list[_Rule] = []
@@ -357,6 +342,10 @@ def _resolve_rules(
                 request_headers=found.request_headers,
                 mirrors=tuple(mirrors),
                 unresolved_status=UNAVAILABLE,
+                session=filters.session_affinity(
+                    rule.session_persistence, f"grpcroute/{route.namespace}/{route.name}/rule/{index}"
+                )
+                or filters.backends_session([sessions.get(name or "") for name, _, _ in weights]),
             )
         rules.append(_Rule(action, found.response_headers))
     return rules, failure

@@ -49,15 +49,23 @@ from typing import Any
 
 from weir import ir
 from weir.api.discovery_v1 import EndpointSlice
+from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
-from weir.api.gateway_v1alpha2 import TCPRoute
+from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
+from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, routed_listener
 from weir.translate.backends import BackendResolver
-from weir.translate.gateways import GatewayContext, ListenerContext, gateway_status
+from weir.translate.gateways import (
+    GatewayContext,
+    ListenerContext,
+    ListenerSetContext,
+    gateway_status,
+    listener_set_status,
+)
 from weir.translate.policies import targets
-from weir.translate.routes import RouteUnit, backend_key, http_route_unit
+from weir.translate.routes import RouteUnit, backend_key, http_route_unit, parent_index
 
 #: Kinds whose changes a patch follows exactly; a change of any other kind means a full translation.
 PATCHED_KINDS = frozenset({"HTTPRoute", "XBackend", "Service", "EndpointSlice"})
@@ -171,7 +179,11 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         upstream_refs.update(unit.upstreams.keys())
         secret_refs.update(unit.secrets.keys())
     pinned: set[ObjectKey] = set()
-    relayed: list[TCPRoute | TLSRoute] = [*resources.tcp_routes, *resources.tls_routes]
+    relayed: list[TCPRoute | TLSRoute | UDPRoute] = [
+        *resources.tcp_routes,
+        *resources.tls_routes,
+        *resources.all(UDPRoute),
+    ]
     for route in relayed:
         for rule in route.spec.rules:
             pinned.update(
@@ -181,17 +193,19 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         *map(targets, resources.backend_tls_policies),
         *map(targets, resources.backend_credential_policies),
         *map(targets, resources.backend_mcp_policies),
+        *map(targets, resources.all(XBackendTrafficPolicy)),
     ):
         pinned.update(ObjectKey(t.kind, t.namespace, t.name) for t in policy_targets)
     if settings.publish_service is not None:
         pinned.add(ObjectKey("Service", *settings.publish_service))
     translation = passed.translation
+    by_key, existing = parent_index(resources, passed.surroundings.gateways)
     return _State(
         resources=resources,
         translation=translation,
         fixed=passed.surroundings,
-        by_key={ctx.gateway.key: ctx for ctx in passed.surroundings.gateways},
-        existing=frozenset(gw.key for gw in resources.gateways),
+        by_key=by_key,
+        existing=existing,
         units=units,
         readers=readers,
         users=users,
@@ -303,6 +317,10 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
         added |= _set_status(statuses, xbackend, xbackend_statuses.get(xbackend))
     for ctx in {id(lc.gateway): state.by_key[lc.gateway.key] for lc in listeners.values()}.values():
         _set_status(statuses, ctx.gateway.key, gateway_status(ctx))
+    for lsc in {
+        id(lc.listener_set): _set_of(state.by_key, lc) for lc in listeners.values() if lc.listener_set
+    }.values():
+        _set_status(statuses, lsc.key, listener_set_status(lsc))
 
     upstreams_moved = _update_table(
         state.upstreams,
@@ -417,3 +435,10 @@ def _ordered(
             at = bisect.bisect_left(out, name, key=lambda item: item.name)
             out[at] = table[name]
     return tuple(out)
+
+
+def _set_of(by_key: dict[ObjectKey, GatewayContext], lc: ListenerContext) -> ListenerSetContext:
+    """The context of the ListenerSet that declares ``lc`` (which comes from one)."""
+    assert lc.listener_set is not None
+    ctx = by_key[lc.gateway.key]
+    return next(lsc for lsc in ctx.listener_sets if lsc.listener_set is lc.listener_set)

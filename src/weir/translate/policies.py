@@ -1,5 +1,5 @@
 """Policy attachment for the policies that target backends: BackendTLSPolicy, BackendCredentialPolicy,
-BackendMCPPolicy.
+BackendMCPPolicy, XBackendTrafficPolicy.
 
 The three follow the Gateway API's direct policy attachment (GEP-713,
 GEP-2648), and this module holds what they share:
@@ -40,11 +40,12 @@ from weir.api.meta import KubeObject, ObjectKey
 from weir.api.weir_policies_v1alpha1 import BackendCredentialPolicy, BackendMCPPolicy
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.api.xbackend_v1alpha1 import XBackend
+from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import status as st
 
 #: A policy kind that targets backends.
-P = TypeVar("P", BackendTLSPolicy, BackendCredentialPolicy, BackendMCPPolicy)
+P = TypeVar("P", BackendTLSPolicy, BackendCredentialPolicy, BackendMCPPolicy, XBackendTrafficPolicy)
 
 #: ``(type, ok, reason, message)`` of each condition.
 Conditions = tuple[tuple[str, bool, str, str], ...]
@@ -73,7 +74,7 @@ class Target:
 def targets(policy: P) -> tuple[Target, ...]:
     """The targets of ``policy``, in the order of its ``targetRefs``."""
     return tuple(
-        Target(ref.group, ref.kind, policy.namespace, ref.name, ref.section_name or "")
+        Target(ref.group, ref.kind, policy.namespace, ref.name, getattr(ref, "section_name", None) or "")
         for ref in policy.spec.target_refs
     )
 

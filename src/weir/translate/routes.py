@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,13 +17,17 @@ from weir.api.gateway_v1 import (
     ParentReference,
 )
 from weir.api.gateway_v1_grpcroute import GRPCRoute
+from weir.api.gateway_v1_listenerset import ListenerSet
+from weir.api.gateway_v1_tcproute import TCPRoute
+from weir.api.gateway_v1_tlsroute import TLSRoute
+from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import KubeObject, ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate import status as st
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
-from weir.translate.gateways import GatewayContext, ListenerContext, RouteEntry
+from weir.translate.gateways import GatewayContext, ListenerContext, RouteEntry, namespace_selected
 
 Socket = tuple[str, int]
 
@@ -48,6 +52,8 @@ class RouteTable:
     secrets: dict[str, ir.Secret] = field(default_factory=dict)
     #: socket of a TCP listener -> the backends of the TCPRoute it forwards to
     tcp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
+    #: socket of a UDP listener -> the backend of the UDPRoute it forwards to
+    udp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +106,7 @@ def translate_http_routes(
     lost: Mapping[ObjectKey, Mapping[int, str]] | None = None,
 ) -> list[RouteUnit]:
     """The :class:`RouteUnit` of every HTTPRoute, in order (see :func:`http_route_unit`)."""
-    by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    existing = frozenset(gw.key for gw in resources.gateways)
+    by_key, existing = parent_index(resources, gateways)
     return [
         http_route_unit(
             resources,
@@ -130,8 +135,8 @@ def http_route_unit(
 ) -> RouteUnit:
     """Attach ``route`` to the listeners of ``by_key`` (weir's Gateways), resolve its backends.
 
-    Only parentRefs to weir's Gateways (or to Gateways that do not exist:
-    ``existing`` are all Gateways) get a status entry; entries of other
+    Only parentRefs to weir's Gateways and ListenerSets (or to ones that do not
+    exist: ``existing``, see :func:`parent_index`) get a status entry; entries of other
     controllers are kept as they are. ``request_timeout_ms`` is the request
     timeout of rules without an MCP backend (see :func:`_action`). ``lost``:
     the listeners (``id`` of their context) the route lost to an older
@@ -140,13 +145,7 @@ def http_route_unit(
     parents: list[tuple[ParentReference, st.Condition]] = []
     attachments: list[Attachment] = []
     unsupported = unsupported_fields(route)
-    for ref in route.spec.parent_refs:
-        if ref.group != GROUP or ref.kind != "Gateway":
-            continue
-        gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
-        ctx = by_key.get(gw_key)
-        if ctx is None and gw_key in existing:
-            continue  # another controller's Gateway
+    for ref, ctx, gw_key in parent_refs(route, by_key, existing):
         accepted, found = attach(resources, route, ref, ctx, gw_key, unsupported, lost)
         attachments.extend(found)
         parents.append((ref, accepted))
@@ -248,6 +247,42 @@ class Refusal:
     message: str
 
 
+#: What a route's parentRef may name: a Gateway (its own listeners) or a ListenerSet (its listeners).
+PARENT_KINDS = frozenset({"Gateway", "ListenerSet"})
+
+
+def parent_index(
+    resources: Resources, gateways: list[GatewayContext]
+) -> tuple[dict[ObjectKey, GatewayContext], frozenset[ObjectKey]]:
+    """Weir's parents by key (each Gateway, and each ListenerSet naming one, to that Gateway's
+    context), and the keys of every Gateway and ListenerSet there is (other controllers' too)."""
+    by_key = {ctx.gateway.key: ctx for ctx in gateways}
+    for ctx in gateways:
+        for lsc in ctx.listener_sets:
+            by_key[lsc.key] = ctx
+    existing = frozenset(gw.key for gw in resources.gateways) | frozenset(
+        ls.key for ls in resources.all(ListenerSet)
+    )
+    return by_key, existing
+
+
+def parent_refs(
+    route: HTTPRoute | GRPCRoute | TCPRoute | TLSRoute | UDPRoute,
+    by_key: Mapping[ObjectKey, GatewayContext],
+    existing: frozenset[ObjectKey],
+) -> Iterator[tuple[ParentReference, GatewayContext | None, ObjectKey]]:
+    """The route's parentRefs that are weir's to answer (see :func:`parent_index`): to weir's
+    Gateways and ListenerSets, or to ones that do not exist; with the parent's context and key."""
+    for ref in route.spec.parent_refs:
+        if ref.group != GROUP or ref.kind not in PARENT_KINDS:
+            continue
+        key = ObjectKey(ref.kind, ref.namespace or route.namespace, ref.name)
+        ctx = by_key.get(key)
+        if ctx is None and key in existing:
+            continue  # another controller's
+        yield ref, ctx, key
+
+
 def allowed_listeners(
     resources: Resources,
     route: KubeObject,
@@ -263,13 +298,17 @@ def allowed_listeners(
     Gateway exists and is accepted, the route is servable, ``ref`` selects a
     listener, a selected listener allows the route's kind and namespace.
     """
+    parent = f"{gw_key.kind} {gw_key.namespace}/{gw_key.name}"
     if ctx is None:
-        return Refusal(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} does not exist")
+        return Refusal(st.R_NO_MATCHING_PARENT, f"{parent} does not exist")
     if not ctx.addresses:
-        return Refusal(st.R_NO_MATCHING_PARENT, f"Gateway {gw_key.namespace}/{gw_key.name} is not accepted")
+        return Refusal(st.R_NO_MATCHING_PARENT, f"{parent} is not accepted")
+    listener_set = next((lsc for lsc in ctx.listener_sets if lsc.key == gw_key), None)
+    if listener_set is not None and listener_set.refusal is not None:
+        return Refusal(st.R_NO_MATCHING_PARENT, f"{parent} is not accepted: {listener_set.refusal[1]}")
     if unsupported:
         return Refusal(st.R_UNSUPPORTED_VALUE, unsupported)
-    candidates = parent_listeners(ctx, ref)
+    candidates = parent_listeners(ctx, ref, listener_set.listeners if listener_set else ctx.own_listeners)
     if not candidates:
         return Refusal(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
     kind = type(route).KIND
@@ -281,11 +320,15 @@ def allowed_listeners(
     return allowed
 
 
-def parent_listeners(ctx: GatewayContext, ref: ParentReference) -> list[ListenerContext]:
-    """The listeners of ``ctx`` that ``ref`` selects by ``sectionName`` and ``port`` (all when unset)."""
+def parent_listeners(
+    ctx: GatewayContext, ref: ParentReference, listeners: list[ListenerContext] | None = None
+) -> list[ListenerContext]:
+    """The ``listeners`` (default: the Gateway's own) that ``ref`` selects by ``sectionName`` and
+    ``port`` (all when unset). A route naming a Gateway attaches to its own listeners only; one
+    naming a ListenerSet, to that set's."""
     return [
         lc
-        for lc in ctx.listeners
+        for lc in (ctx.own_listeners if listeners is None else listeners)
         if (ref.section_name is None or lc.name == ref.section_name)
         and (ref.port is None or lc.spec.port == ref.port)
     ]
@@ -301,14 +344,14 @@ def no_listener_message(gw_key: ObjectKey, ref: ParentReference) -> str:
         )
         if part
     )
-    return f"Gateway {gw_key.namespace}/{gw_key.name} has no listener with {wanted}"
+    return f"{gw_key.kind} {gw_key.namespace}/{gw_key.name} has no listener with {wanted}"
 
 
 def not_allowed_message(
     kind: str, namespace: str, candidates: list[ListenerContext], gw_key: ObjectKey
 ) -> str:
     """Why none of ``candidates`` takes a route of ``kind`` from ``namespace`` (``NotAllowedByListeners``)."""
-    gateway = f"Gateway {gw_key.namespace}/{gw_key.name}"
+    gateway = f"{gw_key.kind} {gw_key.namespace}/{gw_key.name}"
     if not any(lc.valid and kind in lc.kinds for lc in candidates):
         names = ", ".join(f"{lc.name} ({lc.protocol})" for lc in candidates)
         return (
@@ -328,32 +371,9 @@ def listener_allows(resources: Resources, lc: ListenerContext, kind: str, namesp
     namespaces = lc.spec.allowed_routes.namespaces
     if namespaces.from_ == "All":
         return True
-    if namespaces.from_ == "Same":
-        return namespace == lc.gateway.namespace
-    # Selector: matched against the labels of the route's Namespace object. Like the API
-    # server, every namespace carries kubernetes.io/metadata.name, declared or not.
-    ns = resources.namespace(namespace)
-    labels = {**(ns.metadata.labels if ns else {}), "kubernetes.io/metadata.name": namespace}
-    return _selects(namespaces.selector, labels)
-
-
-def _selects(selector: Any, labels: dict[str, str]) -> bool:
-    if selector is None:
-        return False
-    for key, value in selector.match_labels.items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.match_expressions:
-        present = expr.key in labels
-        if expr.operator == "In" and (not present or labels[expr.key] not in expr.values):
-            return False
-        if expr.operator == "NotIn" and present and labels[expr.key] in expr.values:
-            return False
-        if expr.operator == "Exists" and not present:
-            return False
-        if expr.operator == "DoesNotExist" and present:
-            return False
-    return True
+    if namespaces.from_ == "Same":  # the namespace of the Gateway or ListenerSet declaring it
+        return namespace == lc.owner.namespace
+    return namespace_selected(resources, namespaces.selector, namespace)
 
 
 def intersect_hostnames(listener: str | None, route: Iterable[str]) -> tuple[str, ...]:
@@ -428,9 +448,11 @@ def _resolve_rules(
     uses: set[ObjectKey] = set()
 
     unusable: list[str] = []  # the current rule's backends that exist but cannot be used
+    sessions: dict[str, ir.SessionAffinity | None] = {}
 
     def resolve(ref: BackendRef) -> tuple[str | None, bool]:
-        """The upstream name (``None``: unusable) and whether it streams; records failures."""
+        """The upstream name (``None``: unusable) and whether it streams; records failures (and in
+        ``sessions`` the session persistence a backend's policy asks, by upstream name)."""
         nonlocal failure
         target = backend_key(ref, route.namespace)
         if target is not None:
@@ -449,6 +471,7 @@ def _resolve_rules(
             unusable.append(result.unusable)
             return None, False
         table.upstreams[result.upstream.name] = result.upstream
+        sessions[result.upstream.name] = result.session
         return result.upstream.name, result.streaming
 
     for index, rule in enumerate(route.spec.rules):
@@ -481,7 +504,10 @@ def _resolve_rules(
                 request_ms=0 if streaming else request_timeout_ms,
                 idle_ms=MCP_IDLE_TIMEOUT_MS if streaming else ir.DEFAULT_IDLE_TIMEOUT_MS,
             )
-            action = _action(weights, timing, found, tuple(mirrors))
+            session = filters.session_affinity(
+                rule.session_persistence, f"httproute/{route.namespace}/{route.name}/rule/{index}"
+            ) or filters.backends_session([sessions.get(name or "") for name, _, _ in weights])
+            action = _action(weights, timing, found, tuple(mirrors), session)
         rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
     named, resolved = frozenset(reads), frozenset(uses)
     # Usually the same backends (all resolved): one set, not two, for each of 10,000 routes.
@@ -500,6 +526,7 @@ def _action(
     timing: filters.Timing,
     found: filters.RuleFilters,
     mirrors: tuple[ir.Mirror, ...],
+    session: ir.SessionAffinity | None,
 ) -> ir.RouteAction:
     """Forward by weight; 500 when nothing is usable (no refs, all invalid, or all weight 0).
 
@@ -525,6 +552,7 @@ def _action(
         request_headers=found.request_headers,
         rewrite=found.rewrite,
         mirrors=mirrors,
+        session=session,
     )
 
 

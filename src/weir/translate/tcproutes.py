@@ -1,7 +1,11 @@
-"""TCPRoutes: attachment to TCP listeners, the backends each listener forwards to, and route status.
+"""TCPRoutes and UDPRoutes: attachment to TCP and UDP listeners, the backends each listener
+forwards to, and route status.
 
-A TCP connection carries nothing to choose a route by: a TCP listener
-forwards every connection to the backends of one TCPRoute. When several
+A TCP connection (a UDP session) carries nothing to choose a route by: a TCP
+listener forwards every connection to the backends of one TCPRoute, a UDP
+listener every datagram to the backend of one UDPRoute (weir does not split
+UDP by weight: a UDPRoute with several backends of non-zero weight is
+refused, ``UnsupportedValue``). When several
 TCPRoutes attach to one listener, the oldest (creation time, then
 namespace/name: the Gateway API's route precedence) gets the connections.
 Following the Gateway API conformance test ``TCPRouteMultipleRoutesAttachment``,
@@ -18,7 +22,8 @@ from typing import Any
 
 from weir import ir
 from weir.api.gateway_v1 import GROUP, ParentReference
-from weir.api.gateway_v1alpha2 import TCPRoute
+from weir.api.gateway_v1_tcproute import TCPRoute
+from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
@@ -28,10 +33,13 @@ from weir.translate.routes import (
     Refusal,
     RouteTable,
     allowed_listeners,
+    parent_index,
+    parent_refs,
     route_parent_entry,
 )
 
-KIND = "TCPRoute"
+#: A route of either kind: they share their schema.
+RelayRoute = TCPRoute | UDPRoute
 
 
 @dataclass
@@ -45,7 +53,7 @@ class _Parent:
 
 @dataclass
 class _Route:
-    route: TCPRoute
+    route: RelayRoute
     parents: list[_Parent]
     backends: tuple[ir.WeightedBackend, ...]
     failure: RefFailure | None
@@ -62,25 +70,45 @@ def translate_tcp_routes(
     controller_name: str,
     table: RouteTable,
 ) -> dict[ObjectKey, dict[str, Any]]:
-    """Attach every TCPRoute, fill ``table.tcp``, and return the routes' statuses.
+    """Attach every TCPRoute, fill ``table.tcp``, and return the routes' statuses (see :func:`_translate`)."""
+    return _translate(resources, resources.tcp_routes, gateways, resolver, controller_name, table.tcp, table)
+
+
+def translate_udp_routes(
+    resources: Resources,
+    gateways: list[GatewayContext],
+    resolver: BackendResolver,
+    controller_name: str,
+    table: RouteTable,
+) -> dict[ObjectKey, dict[str, Any]]:
+    """Attach every UDPRoute, fill ``table.udp``, and return the routes' statuses (see :func:`_translate`)."""
+    return _translate(
+        resources, resources.all(UDPRoute), gateways, resolver, controller_name, table.udp, table
+    )
+
+
+def _translate(
+    resources: Resources,
+    routes_in: tuple[RelayRoute, ...],
+    gateways: list[GatewayContext],
+    resolver: BackendResolver,
+    controller_name: str,
+    forwarding: dict[tuple[str, int], tuple[ir.WeightedBackend, ...]],
+    table: RouteTable,
+) -> dict[ObjectKey, dict[str, Any]]:
+    """Attach every route of ``routes_in`` (one kind), fill ``forwarding`` (socket -> backends) and
+    ``table``'s upstreams and secrets, and return the routes' statuses.
 
     Increments ``attachedRoutes`` on the listeners routes attach to. As for
     HTTPRoutes, only parentRefs to weir's Gateways (or to Gateways that do
     not exist) get a status entry; other controllers' entries are kept.
     """
-    by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    existing = {gw.key for gw in resources.gateways}
+    by_key, existing = parent_index(resources, gateways)
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
-    for route in resources.tcp_routes:
+    for route in routes_in:
         parents: list[_Parent] = []
-        for ref in route.spec.parent_refs:
-            if ref.group != GROUP or ref.kind != "Gateway":
-                continue
-            gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
-            ctx = by_key.get(gw_key)
-            if ctx is None and gw_key in existing:
-                continue  # another controller's Gateway
+        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
             accepted, listeners = _attach(resources, route, ref, ctx, gw_key)
             parents.append(_Parent(ref, accepted, listeners))
         if not parents:
@@ -107,7 +135,7 @@ def translate_tcp_routes(
                     lc.attached += 1
                 if winners[id(lc)] is entry:
                     for socket in lc.sockets:
-                        table.tcp[socket] = entry.backends
+                        forwarding[socket] = entry.backends
 
     for entry in routes:
         route = entry.route
@@ -124,7 +152,7 @@ def translate_tcp_routes(
 
 def _attach(
     resources: Resources,
-    route: TCPRoute,
+    route: RelayRoute,
     ref: ParentReference,
     ctx: GatewayContext | None,
     gw_key: ObjectKey,
@@ -134,12 +162,19 @@ def _attach(
     def refuse(reason: str, message: str) -> tuple[st.Condition, list[ListenerContext]]:
         return st.condition(st.ACCEPTED, False, reason, message, gen), []
 
+    kind, what = route.KIND, "a TCP connection" if isinstance(route, TCPRoute) else "a UDP datagram"
     unsupported = None
     if len(route.spec.rules) != 1:
         unsupported = (
-            f"spec.rules has {len(route.spec.rules)} rules; a TCP connection carries nothing to choose "
-            f"a rule by, so weir serves TCPRoutes with exactly one rule (as {GROUP}/v1 requires): "
-            "merge the backendRefs into one rule, or use one TCPRoute per listener"
+            f"spec.rules has {len(route.spec.rules)} rules; {what} carries nothing to choose "
+            f"a rule by, so weir serves {kind}s with exactly one rule (as {GROUP}/v1 requires): "
+            f"merge the backendRefs into one rule, or use one {kind} per listener"
+        )
+    elif isinstance(route, UDPRoute) and sum(1 for r in route.spec.rules[0].backend_refs if r.weight > 0) > 1:
+        unsupported = (
+            "spec.rules[0].backendRefs has several backends of non-zero weight; weir sends each UDP "
+            "session to one backend and does not split datagrams by weight: keep one (or give the "
+            "others weight 0)"
         )
     allowed = allowed_listeners(resources, route, ref, ctx, gw_key, unsupported)
     if isinstance(allowed, Refusal):
@@ -148,7 +183,7 @@ def _attach(
 
 
 def _resolve(
-    route: TCPRoute, resolver: BackendResolver, gateways: set[ObjectKey], table: RouteTable
+    route: RelayRoute, resolver: BackendResolver, gateways: set[ObjectKey], table: RouteTable
 ) -> tuple[tuple[ir.WeightedBackend, ...], RefFailure | None]:
     """The weighted backends of the route's (first) rule, and the first reference that failed.
 
@@ -163,7 +198,7 @@ def _resolve(
         unusable: list[str] = []
         for ref in rule.backend_refs:
             result = resolver.resolve(
-                route_kind=KIND, route_namespace=route.namespace, ref=ref, gateways=gateways
+                route_kind=route.KIND, route_namespace=route.namespace, ref=ref, gateways=gateways
             )
             name: str | None = None
             if isinstance(result, RefFailure):
@@ -198,14 +233,16 @@ def tcp_backends(weights: dict[str | None, int]) -> tuple[ir.WeightedBackend, ..
 
 def _shadowed_message(shadowed: Sequence[tuple[ListenerContext, _Route]]) -> str:
     parts = []
+    kind = shadowed[0][1].route.KIND
     for lc, winner in shadowed:
         gw = lc.gateway
         parts.append(
-            f"listener {lc.name} of Gateway {gw.namespace}/{gw.name} forwards to the older TCPRoute "
+            f"listener {lc.name} of Gateway {gw.namespace}/{gw.name} forwards to the older {kind} "
             f"{winner.route.namespace}/{winner.route.name}"
         )
+    protocol, unit = ("TCP", "connection") if kind == "TCPRoute" else ("UDP", "datagram")
     return (
         "Route is accepted, but "
         + "; ".join(parts)
-        + ": a TCP listener sends every connection to its oldest TCPRoute, so this route gets none there"
+        + f": a {protocol} listener sends every {unit} to its oldest {kind}, so this route gets none there"
     )

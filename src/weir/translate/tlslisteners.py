@@ -66,6 +66,7 @@ def tls_listener(name: str, address: str, port: int, listeners: list[ListenerCon
                 server_names=_server_names(lc.hostname),
                 certificates=tuple(c.name for c in lc.certificates),
                 virtual_hosts=tuple(sorted(virtual_hosts, key=lambda v: v.name)),
+                client_validation=lc.client_validation.validation if lc.client_validation else None,
             )
         )
     for lc in listeners:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP, ParentReference
+from weir.api.gateway_v1 import ParentReference
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
@@ -34,6 +34,8 @@ from weir.translate.routes import (
     RouteTable,
     allowed_listeners,
     intersect_hostnames,
+    parent_index,
+    parent_refs,
     route_parent_entry,
 )
 from weir.translate.tcproutes import tcp_backends
@@ -82,19 +84,12 @@ def translate_tls_routes(
     route kinds, only parentRefs to weir's Gateways (or to Gateways that do
     not exist) get a status entry; other controllers' entries are kept.
     """
-    by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    existing = {gw.key for gw in resources.gateways}
+    by_key, existing = parent_index(resources, gateways)
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.tls_routes:
         parents: list[_Parent] = []
-        for ref in route.spec.parent_refs:
-            if ref.group != GROUP or ref.kind != "Gateway":
-                continue
-            gw_key = ObjectKey("Gateway", ref.namespace or route.namespace, ref.name)
-            ctx = by_key.get(gw_key)
-            if ctx is None and gw_key in existing:
-                continue  # another controller's Gateway
+        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
             accepted, attachments = _attach(resources, route, ref, ctx, gw_key)
             parents.append(_Parent(ref, accepted, attachments))
         if not parents:

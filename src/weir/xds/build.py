@@ -64,6 +64,7 @@ from weir.xds.listeners import (
     tcp_egress_listener,
     tcp_listener,
     tls_listener,
+    udp_listener,
 )
 from weir.xds.mcp import uses_tool_policies
 from weir.xds.routes import (
@@ -207,6 +208,9 @@ def listener_part(
         out[LISTENER][name] = tcp_listener(listener, chosen, tunnel=tunnel)
         if tunnel:
             tunneled.append(listener)
+    elif isinstance(listener, ir.UdpListener):
+        chosen = _tcp_upstreams(listener, upstreams)
+        out[LISTENER][name] = udp_listener(listener, next((u.name for u in chosen if u is not None), None))
     elif isinstance(listener, ir.TlsListener):
         _check_tls_listener(listener, secrets)
         relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
@@ -295,13 +299,18 @@ def _check_tls(upstream: str, tls: ir.UpstreamTLS, secrets: Mapping[str, ir.Secr
         raise ValueError(f"{where}: no TlsCertificate secret named {cert!r}")
 
 
-def _tcp_upstreams(
-    listener: ir.TcpListener | ir.TlsRelay, upstreams: Mapping[str, ir.Upstream]
-) -> list[ir.Upstream | None]:
-    """The upstream of each backend of a TCP listener or TLS relay (``None``: failed to resolve).
+#: The upstream protocols that are a transport, not HTTP, as messages name them.
+_TRANSPORTS = {ir.UpstreamProtocol.TCP: "raw TCP", ir.UpstreamProtocol.UDP: "UDP"}
 
-    Refuses a broken IR.
-    """
+
+def _tcp_upstreams(
+    listener: ir.TcpListener | ir.TlsRelay | ir.UdpListener, upstreams: Mapping[str, ir.Upstream]
+) -> list[ir.Upstream | None]:
+    """The upstream of each backend of a TCP or UDP listener or TLS relay (``None``: failed to
+    resolve), each of the listener's transport (raw TCP, UDP). Refuses a broken IR."""
+    expected = ir.UpstreamProtocol.UDP if isinstance(listener, ir.UdpListener) else ir.UpstreamProtocol.TCP
+    if isinstance(listener, ir.UdpListener) and len(listener.backends) > 1:
+        raise ValueError(f"listener {listener.name!r}: a UDP listener has at most one backend")
     if listener.idle_timeout_ms < 0:
         raise ValueError(f"listener {listener.name!r}: negative idle timeout")
     chosen = []
@@ -309,9 +318,11 @@ def _tcp_upstreams(
         if backend.weight <= 0:
             raise ValueError(f"listener {listener.name!r}: backend weight must be > 0")
         upstream = upstream_of(listener.name, backend, upstreams)
-        if upstream is not None and upstream.protocol is not ir.UpstreamProtocol.TCP:
+        if upstream is not None and upstream.protocol is not expected:
+            spoken = _TRANSPORTS.get(upstream.protocol, "HTTP")
             raise ValueError(
-                f"listener {listener.name!r}: upstream {upstream.name!r} speaks HTTP, not raw TCP"
+                f"listener {listener.name!r}: upstream {upstream.name!r} speaks {spoken}, "
+                f"not {_TRANSPORTS[expected]}"
             )
         chosen.append(upstream)
     return chosen

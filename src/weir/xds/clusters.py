@@ -44,6 +44,7 @@ from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import string_pb2
+from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from weir import ir
@@ -105,7 +106,7 @@ def upstream_cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
         out.load_assignment.CopyFrom(
             _load_assignment(upstream.name, [(destination.hostname, destination.port)])
         )
-    if upstream.protocol is not ir.UpstreamProtocol.TCP:
+    if upstream.protocol not in (ir.UpstreamProtocol.TCP, ir.UpstreamProtocol.UDP):
         options = _http_protocol_options(upstream)
         # The egress guard lives here, with the HTTP options.
         options.http_filters.extend(_upstream_filters(upstream))
@@ -122,6 +123,15 @@ def upstream_cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
     if upstream.tls is not None:
         out.transport_socket.name = "envoy.transport_sockets.tls"
         out.transport_socket.typed_config.CopyFrom(pack(_upstream_tls(upstream.tls)))
+    if upstream.retry_budget is not None:
+        # The budget replaces the fixed max_retries limit of the default priority.
+        budget = circuit_breaker_pb2.CircuitBreakers.Thresholds.RetryBudget(
+            budget_percent=percent_pb2.Percent(value=float(upstream.retry_budget.percent)),
+            min_retry_concurrency=wrappers_pb2.UInt32Value(value=upstream.retry_budget.min_concurrent),
+        )
+        out.circuit_breakers.thresholds.append(
+            circuit_breaker_pb2.CircuitBreakers.Thresholds(retry_budget=budget)
+        )
     return out
 
 
@@ -182,7 +192,8 @@ def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     guard = upstream.egress_guard
     if guard is not None and guard.denied_networks:
         filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_packed_guard(guard)))
-    http = upstream.protocol is not ir.UpstreamProtocol.TCP  # no headers ever reach a TCP upstream
+    # no headers ever reach a TCP (or UDP) upstream
+    http = upstream.protocol not in (ir.UpstreamProtocol.TCP, ir.UpstreamProtocol.UDP)
     if http and (upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName)):
         strip = _packed_strip_internal_headers()
         filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))

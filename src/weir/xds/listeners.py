@@ -25,9 +25,9 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import base_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
-from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_listener_config_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
@@ -38,17 +38,22 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2 as udp_route_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from google.protobuf import struct_pb2, wrappers_pb2
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
 from weir import ir
-from weir.xds import mcp
+from weir.xds import mcp, redirect_host, session
 from weir.xds.common import (
     CORS_FILTER,
     EGRESS_POLICY_PREFIX,
     MIRROR_CLUSTER_HEADER,
     MIRROR_EGRESS,
     TCP_EGRESS,
+    UNRESOLVED_CLUSTER,
     ads,
     cluster_name,
     duration_ms,
@@ -163,6 +168,11 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
             hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
             # MCP tool policies: disabled, routes to an upstream with a policy enable them (weir.xds.mcp).
             *(mcp.http_filters() if mcp_tools else ()),
+            # Disabled; redirect routes enable it so that Location never carries the
+            # port of the request's Host (weir.xds.redirect_host).
+            redirect_host.http_filter(),
+            # Disabled; routes with session persistence enable it (weir.xds.session).
+            session.http_filter(),
             hcm_pb2.HttpFilter(
                 name="envoy.filters.http.router",
                 typed_config=pack(
@@ -192,8 +202,6 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         path_with_escaped_slashes_action=hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT,
-        # Virtual host domains carry no port; ``Host: a.example:8080`` must match ``a.example``.
-        strip_any_host_port=True,
         local_reply_config=_local_replies(mcp_tools=mcp_tools),
         # Declared here, off: Envoy passes an upgrade on only if the connection manager knows
         # its type, and then per route; routes to WebSocket upstreams turn it on (weir.xds.routes).
@@ -273,6 +281,35 @@ def tcp_listener(listener: ir.TcpListener, chosen: list[ir.Upstream | None], *, 
         filter_chains=[
             listener_components_pb2.FilterChain(
                 filters=[_tcp_proxy(listener.name, listener, chosen, tunnel=tunnel)]
+            )
+        ],
+    )
+
+
+def udp_listener(listener: ir.UdpListener, cluster: str | None) -> Any:
+    """A UDP listener whose proxy sends every session's datagrams to ``cluster``.
+
+    ``None`` (no usable backend): to :data:`UNRESOLVED_CLUSTER`, which does
+    not exist, so Envoy drops the datagrams (``no_route`` in the proxy's stats)
+    rather than sending them anywhere.
+    """
+    route = udp_route_pb2.Route(cluster=cluster or UNRESOLVED_CLUSTER)
+    action = xds_extension_pb2.TypedExtensionConfig(name="route", typed_config=pack(route))
+    proxy = udp_proxy_pb2.UdpProxyConfig(
+        # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
+        stat_prefix=listener.name.replace(":", "_"),
+        idle_timeout=duration_ms(listener.idle_timeout_ms),
+        matcher=xds_matcher_pb2.Matcher(on_no_match=xds_matcher_pb2.Matcher.OnMatch(action=action)),
+    )
+    address = socket_address(listener.address, listener.port)
+    address.socket_address.protocol = address_pb2.SocketAddress.UDP
+    return listener_pb2.Listener(
+        name=listener.name,
+        address=address,
+        udp_listener_config=udp_listener_config_pb2.UdpListenerConfig(),
+        listener_filters=[
+            listener_components_pb2.ListenerFilter(
+                name="envoy.filters.udp_listener.udp_proxy", typed_config=pack(proxy)
             )
         ],
     )
@@ -426,7 +463,7 @@ def tls_listener(
                 )
             ],
         )
-        _terminate_tls(chain, server.certificates, alpn=HTTPS_ALPN)
+        _terminate_tls(chain, server.certificates, alpn=HTTPS_ALPN, clients=server.client_validation)
         chains.append(chain)
     for relay in sorted(listener.relays, key=lambda x: x.name):
         proxy = _tcp_proxy(
@@ -464,11 +501,20 @@ def _server_name_match(server_names: tuple[str, ...]) -> Any:
     )
 
 
-def _terminate_tls(chain: Any, certificates: tuple[str, ...], *, alpn: tuple[str, ...]) -> None:
+def _terminate_tls(
+    chain: Any,
+    certificates: tuple[str, ...],
+    *,
+    alpn: tuple[str, ...],
+    clients: ir.ClientValidation | None = None,
+) -> None:
     """Give ``chain`` a TLS transport socket presenting ``certificates`` (SDS), TLS 1.2 to 1.3.
 
     With several certificates, Envoy presents the one whose names match the
-    client's server name (exact before wildcard), else the first.
+    client's server name (exact before wildcard), else the first. With
+    ``clients``, clients are asked for a certificate that chains to its
+    trusted CA (over SDS); a required one fails the handshake when missing
+    or untrusted, an optional one (``ACCEPT_UNTRUSTED``) never does.
     """
     common = tls_pb2.CommonTlsContext(
         tls_params=common_pb2.TlsParameters(
@@ -478,7 +524,16 @@ def _terminate_tls(chain: Any, certificates: tuple[str, ...], *, alpn: tuple[str
         tls_certificate_sds_secret_configs=[sds(name) for name in certificates],
         alpn_protocols=list(alpn),
     )
+    context = tls_pb2.DownstreamTlsContext(common_tls_context=common)
+    if clients is not None:
+        combined = context.common_tls_context.combined_validation_context  # the context holds a copy
+        combined.validation_context_sds_secret_config.CopyFrom(sds(clients.trusted_ca))
+        combined.default_validation_context.SetInParent()  # required by Envoy, even when empty
+        # Explicit either way: Envoy warns that its default (not required) will change.
+        context.require_client_certificate.value = clients.required
+        if not clients.required:
+            combined.default_validation_context.trust_chain_verification = (
+                common_pb2.CertificateValidationContext.ACCEPT_UNTRUSTED
+            )
     chain.transport_socket.name = "envoy.transport_sockets.tls"
-    chain.transport_socket.typed_config.CopyFrom(
-        pack(tls_pb2.DownstreamTlsContext(common_tls_context=common))
-    )
+    chain.transport_socket.typed_config.CopyFrom(pack(context))

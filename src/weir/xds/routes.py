@@ -29,7 +29,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from weir import ir
-from weir.xds import mcp
+from weir.xds import mcp, redirect_host, session
 from weir.xds.common import (
     CORS_FILTER,
     MIRROR_CLUSTER_HEADER,
@@ -42,6 +42,9 @@ from weir.xds.common import (
     tunnel_authority,
     upstream_of,
 )
+
+#: Upstream protocols no HTTP route may send to, as error messages name them.
+_NOT_HTTP = {ir.UpstreamProtocol.TCP: "raw TCP", ir.UpstreamProtocol.UDP: "UDP"}
 
 #: ``Forward.unresolved_status`` as a route's ``cluster_not_found_response_code`` (a gRPC
 #: request gets it as a gRPC status: 503 is ``UNAVAILABLE``).
@@ -81,6 +84,10 @@ def route_configuration(
     return route_pb2.RouteConfiguration(
         name=listener.name,
         virtual_hosts=virtual_hosts,
+        # Virtual host domains carry no port: ``Host: a.example:8080`` picks ``a.example``,
+        # and the backend receives the Host as the client sent it (Gateway API hostname
+        # intersection). Redirects drop the Host's port (weir.xds.redirect_host).
+        ignore_port_in_host_matching=True,
         # A route may name UNRESOLVED_CLUSTER on purpose, or an upstream that is
         # still warming; neither may make Envoy reject the whole configuration.
         validate_clusters=wrappers_pb2.BoolValue(value=False),
@@ -121,6 +128,9 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         return out
     if isinstance(route.action, ir.Redirect):
         out.redirect.CopyFrom(_redirect(route.name, route.action, route.match))
+        out.typed_per_filter_config[redirect_host.REDIRECT_HOST_FILTER].CopyFrom(
+            redirect_host.per_route_config()
+        )
         return out
 
     forward = route.action
@@ -129,8 +139,11 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         raise ValueError(f"route {route.name!r}: Forward without backends")
     chosen = [upstream_of(route.name, b, upstreams) for b in backends]
     for upstream in chosen:
-        if upstream is not None and upstream.protocol is ir.UpstreamProtocol.TCP:
-            raise ValueError(f"route {route.name!r}: upstream {upstream.name!r} speaks raw TCP, not HTTP")
+        if upstream is not None and upstream.protocol in _NOT_HTTP:
+            raise ValueError(
+                f"route {route.name!r}: upstream {upstream.name!r} "
+                f"speaks {_NOT_HTTP[upstream.protocol]}, not HTTP"
+            )
     action = out.route
     # Always explicit, 0 included (Envoy: no limit). The idle timeout of the
     # route replaces the connection manager's stream idle timeout. No filter
@@ -147,6 +160,10 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         # A split with other upstreams too: they answer an upgrade request as they see fit.
         action.upgrade_configs.add(upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=True))
     _forward_extras(route, forward, out, upstreams)
+    if forward.session is not None:
+        out.typed_per_filter_config[session.SESSION_FILTER].CopyFrom(
+            session.per_route_config(forward.session)
+        )
     rewrite_host = forward.rewrite.hostname if forward.rewrite is not None else None
     if rewrite_host is not None:
         action.host_rewrite_literal = rewrite_host
@@ -241,8 +258,11 @@ def _forward_extras(
         target = upstreams.get(mirror.upstream)
         if target is None:
             raise ValueError(f"route {route.name!r}: unknown upstream {mirror.upstream!r}")
-        if target.protocol is ir.UpstreamProtocol.TCP:
-            raise ValueError(f"route {route.name!r}: upstream {target.name!r} speaks raw TCP, not HTTP")
+        if target.protocol in _NOT_HTTP:
+            raise ValueError(
+                f"route {route.name!r}: upstream {target.name!r} "
+                f"speaks {_NOT_HTTP[target.protocol]}, not HTTP"
+            )
         policy = action.request_mirror_policies.add(
             cluster=target.name, disable_shadow_host_suffix_append=True
         )
@@ -354,7 +374,7 @@ _REDIRECT_CODES = {
 
 def _redirect(name: str, redirect: ir.Redirect, match: ir.RouteMatch) -> Any:
     """A redirect. With no port of its own, Envoy writes the Host header's, which the
-    connection manager has stripped (``strip_any_host_port``): ``None`` writes none."""
+    route's redirect-host filter has removed (:mod:`weir.xds.redirect_host`): ``None`` writes none."""
     if redirect.status not in _REDIRECT_CODES:
         raise ValueError(f"route {name!r}: redirect status {redirect.status}")
     out = route_components_pb2.RedirectAction(response_code=_REDIRECT_CODES[redirect.status])
