@@ -371,6 +371,17 @@ class Conformance:
     def pod(self, service: str, namespace: str = INFRA_NS, index: int = 0) -> Pod:
         return self.pods[(namespace, service)][index]
 
+    async def pods_answering(self, path: str, headers: dict[str, str], count: int) -> list[str]:
+        """The pod that answered each of ``count`` requests for ``path`` on ``same-namespace``, in
+        order (each request its own connection; every answer must be 200)."""
+        pods = []
+        async with httpx.AsyncClient(timeout=5) as client:
+            for _ in range(count):
+                response = await client.get(self.url(Request(path=path)), headers=headers)
+                assert response.status_code == 200, response.text
+                pods.append(str(response.json()["pod"]))
+        return pods
+
     def requests_seen(self, service: str, namespace: str = INFRA_NS) -> list[EchoRequest]:
         """Every request the pods of ``service`` received (oldest first per pod)."""
         out: list[EchoRequest] = []

@@ -830,7 +830,7 @@ metadata: {name: gateway-unsupported-protocol, namespace: gateway-conformance-in
 spec:
   gatewayClassName: gateway-conformance
   listeners:
-  - {name: udp, port: 5353, protocol: UDP}
+  - {name: invalid, port: 1111, protocol: INVALID}
   - {name: http, port: 80, protocol: HTTP}
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -846,7 +846,7 @@ spec:
                 "gateway-unsupported-protocol",
                 {"Accepted": ("True", "ListenersNotValid")},
                 listeners={
-                    "udp": ListenerStatus(
+                    "invalid": ListenerStatus(
                         {"Accepted": ("False", "UnsupportedProtocol"), "Programmed": "False"}
                     ),
                     "http": ListenerStatus(LISTENER_OK, attached=1),

@@ -1806,16 +1806,6 @@ spec:
 """
 
 
-async def _pods(h: Conformance, path: str, headers: dict[str, str], count: int) -> list[str]:
-    pods = []
-    async with httpx.AsyncClient(timeout=5) as client:
-        for _ in range(count):
-            response = await client.get(h.url(Request(path=path)), headers=headers)
-            assert response.status_code == 200, response.text
-            pods.append(str(response.json()["pod"]))
-    return pods
-
-
 @pytest.mark.parametrize(
     "path,permanent",
     [
@@ -1842,9 +1832,9 @@ async def test_session_persistence_cookie(conformance: Conformance, path: str, p
         else:
             assert not names & {"max-age", "expires"}, f"a session cookie must not expire: {cookie}"
         first = str(response.json()["pod"])
-        assert await _pods(h, path, {"cookie": name_value}, 10) == [first] * 10
+        assert await h.pods_answering(path, {"cookie": name_value}, 10) == [first] * 10
         # Without the cookie both pods answer: stickiness comes from the session, not from luck.
-        assert len(set(await _pods(h, "/no-session", {}, 10))) == 2
+        assert len(set(await h.pods_answering("/no-session", {}, 10))) == 2
     finally:
         await h.delete("case-session")
 
@@ -1859,7 +1849,7 @@ async def test_HTTPRouteSessionPersistenceHeader(conformance: Conformance) -> No
         token = response.headers.get("x-session")
         assert token, f"no X-Session header in {dict(response.headers)}"
         first = str(response.json()["pod"])
-        assert await _pods(h, "/header-session", {"x-session": token}, 10) == [first] * 10
+        assert await h.pods_answering("/header-session", {"x-session": token}, 10) == [first] * 10
     finally:
         await h.delete("case-session")
 

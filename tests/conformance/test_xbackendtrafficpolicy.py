@@ -34,16 +34,6 @@ spec:
 """
 
 
-async def _pods(h: Conformance, path: str, headers: dict[str, str], count: int) -> list[str]:
-    pods = []
-    async with httpx.AsyncClient(timeout=5) as client:
-        for _ in range(count):
-            response = await client.get(h.url(Request(path=path)), headers=headers)
-            assert response.status_code == 200, response.text
-            pods.append(str(response.json()["pod"]))
-    return pods
-
-
 async def test_XBackendTrafficPolicySessionPersistence(conformance: Conformance) -> None:
     """A policy's session persistence applies to the routes whose backend it targets."""
     h = conformance
@@ -57,7 +47,7 @@ async def test_XBackendTrafficPolicySessionPersistence(conformance: Conformance)
         assert cookie.startswith("backend-session="), f"no session cookie: {dict(response.headers)}"
         first = str(response.json()["pod"])
         name_value = cookie.split(";", 1)[0]
-        assert await _pods(h, "/policy-session", {"cookie": name_value}, 10) == [first] * 10
+        assert await h.pods_answering("/policy-session", {"cookie": name_value}, 10) == [first] * 10
     finally:
         await h.delete("case-traffic-session")
 

@@ -130,9 +130,7 @@ def listener_conditions(weir: Weir) -> dict[str, str]:
     return {c["type"]: c["status"] for c in listener["conditions"]}
 
 
-async def test_datagrams_reach_the_service_and_answers_come_back(
-    weir: Weir, echo: tuple[_Echo, int]
-) -> None:
+async def test_datagrams_reach_the_service_and_answers_come_back(weir: Weir, echo: tuple[_Echo, int]) -> None:
     protocol, backend_port = echo
     port = udp_port()
     weir.write("udp.yaml", manifests(port, backend_port))

@@ -62,7 +62,11 @@ class RetryConstraint(Model):
 
 TargetRefs = Annotated[
     tuple[LocalPolicyTargetReference, ...],
-    Field(min_length=1, max_length=16, json_schema_extra={"x-kubernetes-list-type": "map"}),
+    Field(
+        min_length=1,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["group", "kind", "name"]},
+    ),
 ]
 
 
