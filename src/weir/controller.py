@@ -45,7 +45,7 @@ from weir.translate.incremental import Translator
 from weir.translate.status import DataPlaneState, apply_data_plane, attribute_rejection
 from weir.xds import accesslog
 from weir.xds.cache import BuildCache
-from weir.xds.server import AckStatus, AdsServer
+from weir.xds.server import AckResult, AckStatus, AdsServer
 from weir.xds.snapshot import CLUSTER, LISTENER, SECRET, Resource, Snapshot, snapshot_version
 
 log = logging.getLogger("weir.controller")
@@ -145,6 +145,9 @@ class Controller:
         self._carried: str | None = None
         # The translation (by identity) and data plane state whose statuses were published last.
         self._published: tuple[Translation, DataPlaneState] | None = None
+        # Listeners Envoy could not bind are sent again after this long (see _retry_if_transient).
+        self._retry_delay = _RETRY_FIRST_S
+        self._retry_handle: asyncio.TimerHandle | None = None
         self.ready = asyncio.Event()
         #: ``/metrics``: the controller reports translations; the rest is read at scrape time.
         self.telemetry = Telemetry(
@@ -221,6 +224,9 @@ class Controller:
 
     async def stop(self) -> None:
         """Stop everything this controller started, Envoy first."""
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+            self._retry_handle = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -394,12 +400,14 @@ class Controller:
         named, unusable = attribute_rejection(
             rejection, {lst.name: (lst.address, lst.port) for lst in listeners}
         )
+        retrying = result is not None and self._retry_if_transient(result)
         state = DataPlaneState(
             accepted=accepted and envoy_up,
             rejection=rejection,
             rejected_sockets=named,
             unusable_sockets=unusable,
             bound=frozenset(bound),
+            retrying=retrying,
         )
         previously = current.state
         current.state = state
@@ -442,6 +450,38 @@ class Controller:
             return_free_memory("a big configuration change")
         if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
             log.debug("retired clusters and secrets no route uses any more")
+
+    def _retry_if_transient(self, result: AckResult) -> bool:
+        """Schedule Envoy to be asked again for listeners it refused for a reason that may pass.
+
+        A port in use (``EADDRINUSE``) or an address not (yet) assigned to
+        the host (``EADDRNOTAVAIL``) is the host's state, not a fault of the
+        configuration: the listener is sent again after
+        :data:`_RETRY_FIRST_S`, doubling up to :data:`_RETRY_MAX_S`, until
+        Envoy accepts it. Returns whether a retry is under way.
+        """
+        transient = (
+            result.status is AckStatus.NACKED
+            and result.type_url == LISTENER
+            and any(cause in result.message.lower() for cause in _TRANSIENT_BIND_ERRORS)
+        )
+        if not transient:
+            self._retry_delay = _RETRY_FIRST_S
+            if self._retry_handle is not None:
+                self._retry_handle.cancel()
+                self._retry_handle = None
+            return False
+        if self._retry_handle is None:
+            delay = self._retry_delay
+            self._retry_delay = min(delay * 2, _RETRY_MAX_S)
+            log.info("asking Envoy again in %.1f s for the listeners it could not bind", delay)
+            self._retry_handle = asyncio.get_running_loop().call_later(delay, self._retry_rejected)
+        return True
+
+    def _retry_rejected(self) -> None:
+        self._retry_handle = None
+        if self._ads is not None:
+            self._ads.retry_rejected()
 
     async def _active_listeners(self) -> set[str]:
         """Names of the listeners Envoy is serving (admin ``/listeners``); empty if it does not answer."""
@@ -508,6 +548,13 @@ def _is_tcp(listener: ir.AnyListener) -> bool:
     """Whether ``listener`` may relay connections (TCP, TLS), so that probing it could reach a backend."""
     return isinstance(listener, ir.TcpListener | ir.TlsListener)
 
+
+#: Why Envoy refuses a listener when the host's state, not the configuration, is at fault: the
+#: port is in use, or the address is not (yet) one of the host's (see Controller._retry_if_transient).
+_TRANSIENT_BIND_ERRORS = ("address already in use", "cannot assign requested address")
+#: First and longest wait before asking Envoy again for a listener it could not bind.
+_RETRY_FIRST_S = 0.5
+_RETRY_MAX_S = 5.0
 
 #: An apply that left this many new objects behind is frozen (see Controller._apply).
 _FREEZE_AFTER = 50_000

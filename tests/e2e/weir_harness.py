@@ -77,10 +77,12 @@ class Weir:
         os.replace(tmp, path)  # atomic, as editors and kubectl-like tools do
         return path
 
-    async def start(self) -> Controller:
+    async def start(self, *, wait_ready: bool = True) -> Controller:
+        """Start the controller; with ``wait_ready``, wait until every listener is programmed."""
         self.controller = Controller(FilesProvider([str(self.folder)]), self.settings, Options(admin_port=0))
         await self.controller.start()
-        await asyncio.wait_for(self.controller.ready.wait(), 20)
+        if wait_ready:
+            await asyncio.wait_for(self.controller.ready.wait(), 20)
         return self.controller
 
     @property

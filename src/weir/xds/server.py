@@ -34,7 +34,8 @@ How a snapshot reaches Envoy
   good ones; which ones is not knowable). Those resources stay *suspect* on
   that stream until a later response carrying them is ACKed. The server
   does not send them again by itself; the next snapshot does, whatever its
-  content (a rejection can be transient: a port that was in use).
+  content, and so does :meth:`AdsServer.retry_rejected` (a rejection can be
+  transient: a port that was in use; the controller retries those).
 * A new stream (Envoy restarted or reconnected) gets what it lacks of the
   current snapshot, except that a resource Envoy rejected, and unchanged
   since, is sent in the last version an Envoy accepted: a restarted Envoy
@@ -239,6 +240,17 @@ class AdsServer:
             stream.queue.put_nowait(_WAKE)
         log.debug("snapshot %s set (%d streams)", snapshot.version, len(self._streams))
         self._notify()
+
+    def retry_rejected(self) -> None:
+        """Send every Envoy again the resources it rejected, in their current versions.
+
+        For a rejection that may not last: a listener whose port was busy
+        is added once the port is free. Resources Envoy accepted meanwhile
+        are not sent again; nothing happens when nothing was rejected.
+        """
+        for stream in self._streams.values():
+            if any(sub.suspects for sub in stream.subs.values()):
+                stream.queue.put_nowait(_WAKE)
 
     # ---------------------------------------------------------------- observing
 
