@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import gc
 import json
 import logging
@@ -94,7 +95,6 @@ class Options:
 
     admin_host: str = "127.0.0.1"
     admin_port: int = 9900
-    envoy_admin_port: int = 0
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     #: Envoy writes its access log to this process's stdout itself instead of
@@ -145,6 +145,8 @@ class Controller:
         self._carried: str | None = None
         # The translation (by identity) and data plane state whose statuses were published last.
         self._published: tuple[Translation, DataPlaneState] | None = None
+        #: When and why weir last restarted an Envoy that did not serve what it accepted.
+        self.last_restore: tuple[float, str] | None = None
         # Listeners Envoy could not bind are sent again after this long (see _retry_if_transient).
         self._retry_delay = _RETRY_FIRST_S
         self._retry_handle: asyncio.TimerHandle | None = None
@@ -200,7 +202,6 @@ class Controller:
             config = bootstrap(
                 node_id=self._options.node_id,
                 ads_socket=os.path.join(self._run_dir, "xds.sock"),
-                admin_port=self._options.envoy_admin_port,
             )
             self._envoy = EnvoyProcess(
                 config,
@@ -217,6 +218,7 @@ class Controller:
             self._tasks = [
                 asyncio.create_task(self._watch(), name="weir-watch"),
                 asyncio.create_task(self._settle_loop(), name="weir-settle"),
+                asyncio.create_task(self._check_serving_loop(), name="weir-check-serving"),
             ]
         except BaseException:
             await self.stop()
@@ -483,12 +485,60 @@ class Controller:
         if self._ads is not None:
             self._ads.retry_rejected()
 
+    async def _check_serving_loop(self) -> None:
+        """Every :data:`_SERVING_CHECK_S`, check that Envoy serves what it accepted; restart it if not."""
+        while True:
+            await asyncio.sleep(_SERVING_CHECK_S)
+            envoy = self._envoy
+            if envoy is None or not envoy.ready:
+                continue
+            problem = await self._not_serving(envoy)
+            if problem is None or envoy is not self._envoy or not envoy.ready:
+                continue
+            log.error("Envoy does not serve the configuration it accepted (%s): restarting it", problem)
+            self.last_restore = (time.time(), problem)
+            self._current.state = DataPlaneState()
+            self._settle.set()
+            try:
+                await envoy.restart("not_serving", problem)
+            except EnvoyError as exc:
+                log.error("restarting Envoy failed (supervision keeps trying): %s", exc)
+
+    async def _not_serving(self, envoy: EnvoyProcess) -> str | None:
+        """What Envoy fails to serve of the listeners it ACKed, or ``None``.
+
+        Two small admin reads: ``listener_manager.listener_stopped`` (Envoy's
+        listeners were stopped: ``POST /drain_listeners``, after which Envoy
+        also refuses every new listener) and the names of the listeners it
+        has, compared with those of the configuration it accepted. Nothing
+        is concluded while a change is pending or was rejected, nor when
+        Envoy does not answer (a crash is supervision's business).
+        """
+        current = self._current
+        snapshot = current.snapshot
+        if snapshot is None or not current.state.accepted:
+            return None
+        try:
+            code, body = await envoy.admin.get(r"/stats?filter=^listener_manager\.listener_stopped$")
+            stopped = int(body.rpartition(":")[2]) if code == 200 and body.strip() else 0
+        except (OSError, TimeoutError, ValueError, EnvoyError):
+            return None
+        if stopped:
+            return "its listeners were stopped through its admin interface (drain_listeners)"
+        active = await self._active_listeners()
+        if current is not self._current or snapshot is not current.snapshot or not current.state.accepted:
+            return None  # the configuration changed meanwhile
+        missing = sorted(set(snapshot.of_type(LISTENER)) - active) if active else []
+        if missing:
+            return f"listeners {', '.join(missing)} are missing from Envoy's active listeners"
+        return None
+
     async def _active_listeners(self) -> set[str]:
         """Names of the listeners Envoy is serving (admin ``/listeners``); empty if it does not answer."""
         if self._envoy is None:
             return set()
         try:
-            code, body = await self._envoy.admin_get("/listeners?format=json")
+            code, body = await self._envoy.admin.get("/listeners?format=json")
             if code != 200:
                 return set()
             data = json.loads(body)
@@ -532,8 +582,14 @@ class Controller:
             "weir": {"version": __version__, "controllerName": self._settings.controller_name},
             "dataPlane": {
                 "envoyPid": envoy_proc.pid if envoy_proc else None,
-                "envoyAdmin": envoy_proc.admin_url if envoy_proc else None,
+                "envoyAdmin": envoy_proc.admin_socket if envoy_proc else None,
                 "envoyRestarts": envoy_proc.restarts if envoy_proc else 0,
+                "envoyRestartReasons": dict(envoy_proc.restart_reasons) if envoy_proc else {},
+                "lastRestore": (
+                    {"at": _rfc3339(self.last_restore[0]), "reason": self.last_restore[1]}
+                    if self.last_restore
+                    else None
+                ),
                 "configVersion": current.snapshot.version if current.snapshot else None,
                 "accepted": current.state.accepted,
                 "rejection": current.state.rejection,
@@ -544,6 +600,15 @@ class Controller:
         }
 
 
+def _rfc3339(at: float) -> str:
+    return (
+        datetime.datetime.fromtimestamp(at, datetime.UTC)
+        .replace(microsecond=0)
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
+
+
 def _is_tcp(listener: ir.AnyListener) -> bool:
     """Whether ``listener`` may relay connections (TCP, TLS), so that probing it could reach a backend."""
     return isinstance(listener, ir.TcpListener | ir.TlsListener)
@@ -552,6 +617,8 @@ def _is_tcp(listener: ir.AnyListener) -> bool:
 #: Why Envoy refuses a listener when the host's state, not the configuration, is at fault: the
 #: port is in use, or the address is not (yet) one of the host's (see Controller._retry_if_transient).
 _TRANSIENT_BIND_ERRORS = ("address already in use", "cannot assign requested address")
+#: How often Envoy's listeners are compared with what it accepted (two small admin reads).
+_SERVING_CHECK_S = 2.0
 #: First and longest wait before asking Envoy again for a listener it could not bind.
 _RETRY_FIRST_S = 0.5
 _RETRY_MAX_S = 5.0

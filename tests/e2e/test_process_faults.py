@@ -8,7 +8,11 @@ must say what is going on meanwhile. Traffic goes to 127.0.0.0/8 only.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
+import stat
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -127,3 +131,97 @@ async def test_a_listener_refused_for_a_busy_port_recovers_once_the_port_is_free
     print(f"busy port freed -> served: {took * 1000:.0f} ms")
     cond, _ = await eventually(lambda: programmed(weir)["status"] == "True" and programmed(weir), timeout=5)
     assert cond["reason"] == "Programmed"
+
+
+# --------------------------------------------------------------------------
+# Item 7 (and issue 14, item 4): Envoy's admin interface
+# --------------------------------------------------------------------------
+
+
+def listening_tcp_ports(pid: int) -> set[int]:
+    """TCP ports process ``pid`` listens on (its sockets in LISTEN state, IPv4 and IPv6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+async def test_envoy_admin_is_only_a_unix_socket_that_only_weirs_user_can_open(
+    weir: Weir, echo: EchoHttpServer
+) -> None:
+    """Before: Envoy's admin listened on a loopback TCP port any local process could use."""
+    weir.write("web.yaml", gateway_manifests(weir.gateway_port, echo.port))
+    controller = await weir.start()
+    assert controller.envoy is not None
+    assert listening_tcp_ports(weir.envoy_pid) == {weir.gateway_port}
+    socket_path = controller.envoy.admin_socket
+    assert socket_path is not None
+    info = os.stat(socket_path)
+    assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(socket_path)).st_mode) == 0o700
+    # weir still reads Envoy through it: readiness, listeners, configuration, stats for /metrics.
+    assert await controller.envoy.admin.get("/ready") == (200, "LIVE\n")
+    code, dump = await controller.envoy.admin.get("/config_dump?resource=dynamic_listeners")
+    assert code == 200 and f'"port_value": {weir.gateway_port}' in dump
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(weir.url("/"))).status_code == 200
+        metrics = (await client.get(f"http://127.0.0.1:{controller.admin_port}/metrics")).text
+    assert "weir_envoy_stats_up 1" in metrics
+    assert f'weir_downstream_requests_total{{socket="127.0.0.1:{weir.gateway_port}",code_class="2xx"}} 1' in (
+        metrics
+    )
+
+
+async def test_listeners_stopped_behind_weirs_back_are_restored(
+    weir: Weir, echo: EchoHttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: after ``POST /drain_listeners`` every connection was refused for good while the
+    Gateway stayed Programmed=True and /ready 200. Now weir notices (it compares Envoy's listeners
+    with what Envoy accepted), restarts Envoy, and says so in the log, /status and /metrics."""
+    weir.write("web.yaml", gateway_manifests(weir.gateway_port, echo.port))
+    controller = await weir.start()
+    assert controller.envoy is not None
+    first = weir.envoy_pid
+    assert await answers(weir.url("/"))
+    assert (await controller.envoy.admin.post("/drain_listeners"))[0] == 200
+    assert not await answers(weir.url("/"))
+    drained = time.monotonic()
+    await eventually(lambda: answers(weir.url("/")), timeout=10, interval=0.05)
+    print(f"listeners drained -> served again: {(time.monotonic() - drained) * 1000:.0f} ms")
+    assert weir.envoy_pid != first and not pid_alive(first)
+    assert any("does not serve the configuration it accepted" in r.getMessage() for r in caplog.records)
+    status = await weir.admin_status()
+    assert status["dataPlane"]["envoyRestartReasons"] == {"not_serving": 1}
+    assert "drain_listeners" in status["dataPlane"]["lastRestore"]["reason"]
+    await eventually(lambda: programmed(weir)["status"] == "True", timeout=5)
+    async with httpx.AsyncClient() as client:
+        metrics = (await client.get(f"http://127.0.0.1:{controller.admin_port}/metrics")).text
+    assert 'weir_envoy_restarts_total{reason="not_serving"} 1' in metrics
+
+
+async def test_a_gateway_added_after_a_drain_is_served(weir: Weir, echo: EchoHttpServer) -> None:
+    """After drain_listeners Envoy ACKs new listeners without ever listening on them: a Gateway
+    added later never answered, while weir reported it Programmed."""
+    weir.write("web.yaml", gateway_manifests(weir.gateway_port, echo.port))
+    controller = await weir.start()
+    assert controller.envoy is not None
+    assert (await controller.envoy.admin.post("/drain_listeners"))[0] == 200
+    other = free_port()
+    weir.write(
+        "other.yaml",
+        # Without the GatewayClass, which web.yaml defines.
+        gateway_manifests(other, echo.port, name="other")
+        .split("---\n", 1)[1]
+        .replace("name: web", "name: web2"),
+    )
+    await eventually(lambda: answers(f"http://127.0.0.1:{other}/"), timeout=10, interval=0.05)
+    await eventually(lambda: programmed(weir, "other")["status"] == "True", timeout=5)

@@ -176,7 +176,7 @@ async def test_wrong_ca_gives_5xx_and_never_plaintext(weir: Weir, dns: DnsStub, 
         assert 500 <= response.status_code < 600
         assert api.requests == [], "a request reached the upstream despite a failed verification"
         assert controller.envoy is not None
-        _, stats = await controller.envoy.admin_get("/stats?filter=ssl.fail_verify_error")
+        _, stats = await controller.envoy.admin.get("/stats?filter=ssl.fail_verify_error")
         failures = [int(line.rsplit(":", 1)[1]) for line in stats.splitlines() if "xbackend" in line]
         assert failures and max(failures) >= 1, stats
 

@@ -72,6 +72,7 @@ from typing import Any, TypeVar
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
+from weir.runfolder import unix_socket_path
 from weir.xds import accesslog
 from weir.xds.acks import (
     AckResult,
@@ -104,9 +105,6 @@ __all__ = [
 log = logging.getLogger("weir.xds")
 
 _T = TypeVar("_T")
-
-#: Longest path a unix socket address may have on Linux (``sun_path`` less NUL).
-_MAX_UNIX_PATH = 107
 
 
 # --------------------------------------------------------------------------
@@ -143,9 +141,7 @@ class AdsServer:
     """A delta ADS server on a unix socket."""
 
     def __init__(self, socket_path: str) -> None:
-        if len(os.fsencode(socket_path)) > _MAX_UNIX_PATH:
-            raise ValueError(f"unix socket path is longer than {_MAX_UNIX_PATH} bytes: {socket_path!r}")
-        self.socket_path = socket_path
+        self.socket_path = unix_socket_path(socket_path)
         self._server: grpc.aio.Server | None = None
         self._snapshot: Snapshot | None = None
         self._streams: dict[int, _Stream] = {}
