@@ -68,6 +68,9 @@ STATS_KEPT: tuple[tuple[str, str], ...] = (
     ("suffix", ".ssl.fail_verify_san"),
     ("suffix", ".ssl.fail_verify_no_cert"),
     ("suffix", ".ssl.fail_verify_cert_hash"),
+    # What a graceful stop waits for (weir.envoy.EnvoyProcess.drain).
+    ("suffix", ".downstream_rq_active"),
+    ("suffix", ".downstream_cx_active"),
     *(("suffix", f".downstream_rq_{c}") for c in _CODE_CLASSES),
     ("prefix", "server."),
     ("prefix", "cluster_manager."),

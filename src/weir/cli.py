@@ -257,6 +257,24 @@ def run(
             "at INFO; weir's Python process then spends several times Envoy's CPU on every request).",
         ),
     ] = "stdout",
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Graceful stop: on SIGTERM or SIGINT, /ready answers 503 and Envoy finishes the requests "
+            "in flight (every response asks the client to close), for at most this many seconds; then "
+            "weir stops Envoy and exits. A second signal stops at once.",
+        ),
+    ] = 5.0,
+    shutdown_delay: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Graceful stop: seconds Envoy keeps accepting new connections after the signal (while "
+            "/ready answers 503), so that load balancers stop sending them first; at most "
+            "--drain-timeout. Replaces a preStop sleep in Kubernetes.",
+        ),
+    ] = 0.0,
     kubernetes: Annotated[
         bool,
         typer.Option(
@@ -325,6 +343,10 @@ def run(
 
     if access_log not in ("stdout", "log"):
         raise typer.BadParameter("--access-log must be stdout or log")
+    if shutdown_delay > drain_timeout:
+        raise typer.BadParameter(
+            f"--shutdown-delay ({shutdown_delay:g} s) must not exceed --drain-timeout ({drain_timeout:g} s)"
+        )
     if kubernetes == bool(file):
         raise typer.BadParameter(
             "give either --file (manifests in files and folders) or --kubernetes (objects from an API server)"
@@ -382,6 +404,8 @@ def run(
             envoy_concurrency=envoy_concurrency,
             envoy_ready_timeout_s=envoy_ready_timeout,
             envoy_access_log_to_stdout=access_log == "stdout",
+            drain_timeout_s=drain_timeout,
+            shutdown_delay_s=shutdown_delay,
         ),
     )
     try:

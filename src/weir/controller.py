@@ -23,6 +23,7 @@ import datetime
 import gc
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -106,6 +107,13 @@ class Options:
     node_id: str = "weir"
     #: How long to wait for Envoy to ACK a snapshot before reporting it as pending.
     ack_timeout_s: float = 15.0
+    #: Graceful stop (:meth:`Controller.drain`): the longest wait, from the stop signal, for the
+    #: requests in flight before Envoy is stopped.
+    drain_timeout_s: float = 5.0
+    #: Graceful stop: how long Envoy keeps accepting new connections after the stop signal
+    #: (each answered with ``Connection: close``/GOAWAY) while ``/ready`` says 503, so that load
+    #: balancers stop sending them; what a preStop sleep used to do. At most ``drain_timeout_s``.
+    shutdown_delay_s: float = 0.0
 
 
 @dataclass
@@ -151,6 +159,8 @@ class Controller:
         self._retry_delay = _RETRY_FIRST_S
         self._retry_handle: asyncio.TimerHandle | None = None
         self.ready = asyncio.Event()
+        #: Set by :meth:`drain`: ``/ready`` says 503 and Envoy is left alone to finish.
+        self.draining = False
         #: ``/metrics``: the controller reports translations; the rest is read at scrape time.
         self.telemetry = Telemetry(
             Sources(
@@ -209,6 +219,8 @@ class Controller:
                 log_level=self._options.envoy_log_level,
                 concurrency=self._options.envoy_concurrency,
                 ready_timeout=self._options.envoy_ready_timeout_s,
+                # Envoy's drain time is how long its listeners accept while draining (see drain()).
+                drain_time_s=max(1, math.ceil(self._options.shutdown_delay_s)),
                 access_log_to_stdout=self._options.envoy_access_log_to_stdout,
                 on_ready=self._on_envoy_ready,
                 on_exit=self._on_envoy_exit,
@@ -248,6 +260,33 @@ class Controller:
         if self._run_dir:
             shutil.rmtree(self._run_dir, ignore_errors=True)
             self._run_dir = ""
+
+    async def drain(self) -> None:
+        """The first half of a graceful stop: fail readiness, let Envoy finish what it has.
+
+        ``/ready`` answers 503 from now on, so load balancers and Kubernetes
+        take this instance out; Envoy keeps accepting for
+        ``shutdown_delay_s``, asks every client to close, and weir waits for
+        the requests in flight, until ``drain_timeout_s`` after the call at
+        the latest. Listener retries and the check that Envoy serves what it
+        accepted stop (a drained listener is the point). :meth:`stop` then
+        stops Envoy.
+        """
+        started = time.monotonic()
+        self.draining = True
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+            self._retry_handle = None
+        envoy, translation = self._envoy, self._current.translation
+        if envoy is None:
+            return
+        tcp = [lst.name for lst in translation.ir.listeners if _is_tcp(lst)] if translation else []
+        options = self._options
+        await envoy.drain(
+            accept_for=min(options.shutdown_delay_s, options.drain_timeout_s),
+            deadline=started + options.drain_timeout_s,
+            tcp_listeners=tcp,
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start, serve until ``stop`` is set, then stop."""
@@ -490,10 +529,10 @@ class Controller:
         while True:
             await asyncio.sleep(_SERVING_CHECK_S)
             envoy = self._envoy
-            if envoy is None or not envoy.ready:
+            if envoy is None or not envoy.ready or self.draining:
                 continue
             problem = await self._not_serving(envoy)
-            if problem is None or envoy is not self._envoy or not envoy.ready:
+            if problem is None or envoy is not self._envoy or not envoy.ready or self.draining:
                 continue
             log.error("Envoy does not serve the configuration it accepted (%s): restarting it", problem)
             self.last_restore = (time.time(), problem)
@@ -563,7 +602,12 @@ class Controller:
         return 200, {"status": "ok"}
 
     def _ready_view(self) -> tuple[int, Any]:
-        ok = self._envoy is not None and self._envoy.ready and self._current.state.accepted
+        ok = (
+            self._envoy is not None
+            and self._envoy.ready
+            and self._current.state.accepted
+            and not self.draining
+        )
         return (200 if ok else 503), {"ready": ok}
 
     def _status_view(self) -> tuple[int, Any]:
@@ -686,18 +730,35 @@ def _keep_retiring(
 
 
 async def run_until_signalled(controller: Controller, on_started: Callable[[], None] | None = None) -> None:
-    """Run ``controller`` until SIGINT or SIGTERM, then stop it cleanly."""
+    """Run ``controller`` until SIGINT or SIGTERM, then drain (:meth:`Controller.drain`) and stop.
+
+    A second signal while draining stops at once.
+    """
     import signal
 
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    signals = asyncio.Queue[int]()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
     try:
         await controller.start()
         if on_started is not None:
             on_started()
-        await stop.wait()
+        received = await signals.get()
+        log.info("%s: draining, then stopping (a second signal stops at once)", signal.Signals(received).name)
+        drain = asyncio.create_task(controller.drain())
+        again = asyncio.create_task(signals.get())
+        await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
+        if not drain.done():
+            log.info("second signal: stopping now")
+        for task in (drain, again):
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("draining failed; stopping")
         log.info("stopping")
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):

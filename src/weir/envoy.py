@@ -32,7 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+import urllib.parse
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ _LEVELS = {
     "critical": logging.CRITICAL,
 }
 _ENVOY_LOG_LEVELS = frozenset({"trace", "debug", "info", "warning", "warn", "error", "critical", "off"})
+#: How often the requests in flight are counted while Envoy drains.
+_DRAIN_POLL_S = 0.1
 #: Envoy's admin socket, in its run folder (see weir.runfolder).
 ADMIN_SOCKET = "admin.sock"
 #: Longest log line kept whole; longer ones are cut.
@@ -384,6 +387,68 @@ class EnvoyProcess:
             if not self._stopping:
                 self._supervisor = asyncio.create_task(self._supervise(), name="weir-envoy-supervisor")
 
+    async def drain(self, *, accept_for: float, deadline: float, tcp_listeners: Collection[str] = ()) -> int:
+        """Let Envoy finish what it has before it is stopped; the requests still in flight at the end.
+
+        Envoy's listeners stop accepting at once, or with ``accept_for`` > 0
+        after that many seconds (Envoy's drain time, ``drain_time_s``; set it
+        to match), during which every new connection is still served, as
+        load balancers stop sending them. From the start every response
+        says ``Connection: close`` (HTTP/1.1) and HTTP/2 connections get a
+        GOAWAY (the drain strategy is ``immediate``), so clients move
+        elsewhere. Then this waits until no request is in flight (and no
+        connection is open on ``tcp_listeners``, names of TCP listeners
+        whose connections are the unit of work), or until ``deadline``
+        (``time.monotonic()``). Returns at once when Envoy does not run.
+        """
+        if not self.ready:
+            return 0
+        start = time.monotonic()
+        target = "/drain_listeners?graceful" if accept_for > 0 else "/drain_listeners"
+        try:
+            await self.admin.post(target)
+        except (OSError, TimeoutError) as exc:
+            log.warning("cannot tell Envoy to drain (%s); stopping it", exc)
+            return 0
+        accepting_until = start + accept_for
+        log.info(
+            "draining Envoy: %s; waiting up to %.1f s for requests in flight",
+            f"accepting new connections for {accept_for:g} s" if accept_for > 0 else "no new connections",
+            max(0.0, deadline - start),
+        )
+        left = 0
+        while True:
+            left = await self._in_flight(tcp_listeners)
+            now = time.monotonic()
+            if (left == 0 and now >= accepting_until) or now >= deadline or not self.ready:
+                break
+            await asyncio.sleep(_DRAIN_POLL_S)
+        log.info(
+            "Envoy drained in %.1f s%s",
+            time.monotonic() - start,
+            f"; {left} requests or connections still in flight are cut" if left else "",
+        )
+        return left
+
+    async def _in_flight(self, tcp_listeners: Collection[str]) -> int:
+        """HTTP requests in flight plus connections open on ``tcp_listeners`` (-1 if Envoy does not say)."""
+        pattern = r"^http\..*\.downstream_rq_active$|^listener\..*\.downstream_cx_active$"
+        try:
+            code, body = await self.admin.get("/stats?type=Gauges&filter=" + urllib.parse.quote(pattern))
+        except (OSError, TimeoutError):
+            return -1
+        if code != 200:
+            return -1
+        tcp = {"listener." + name.replace(":", "_") + ".downstream_cx_active" for name in tcp_listeners}
+        total = 0
+        for line in body.splitlines():
+            name, _, value = line.partition(": ")
+            if name == "http.admin.downstream_rq_active" or not value.strip().isdigit():
+                continue  # the admin interface's own request (this one)
+            if name.startswith("http.") or name in tcp:
+                total += int(value)
+        return total
+
     async def __aenter__(self) -> EnvoyProcess:
         await self.start()
         return self
@@ -402,6 +467,8 @@ class EnvoyProcess:
             "--log-format", _LOG_FORMAT,
             "--concurrency", str(self.concurrency),
             "--drain-time-s", str(self.drain_time_s),
+            # Draining (a removed listener, weir stopping): every response asks the client to close.
+            "--drain-strategy", "immediate",
             "--parent-shutdown-time-s", str(self.parent_shutdown_time_s),
             # Access logs are flushed every 10 s by default: too late for someone watching them.
             "--file-flush-interval-msec", "1000",

@@ -8,11 +8,16 @@ must say what is going on meanwhile. Traffic goes to 127.0.0.0/8 only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -225,3 +230,147 @@ async def test_a_gateway_added_after_a_drain_is_served(weir: Weir, echo: EchoHtt
     )
     await eventually(lambda: answers(f"http://127.0.0.1:{other}/"), timeout=10, interval=0.05)
     await eventually(lambda: programmed(weir, "other")["status"] == "True", timeout=5)
+
+
+# --------------------------------------------------------------------------
+# `weir run` as a process
+# --------------------------------------------------------------------------
+
+
+class WeirRun:
+    """``weir run`` as a subprocess (signals are the point), on a folder of manifests."""
+
+    def __init__(self, folder: Path, gateway_port: int, *args: str) -> None:
+        self.folder = folder
+        self.gateway_port = gateway_port
+        self.admin_port = free_port()
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = folder.parent / "weir.log"
+
+    def start(self) -> subprocess.Popen[bytes]:
+        weir_bin = Path(sys.executable).with_name("weir")
+        command = [
+            str(weir_bin),
+            "run",
+            "-f",
+            str(self.folder),
+            "--admin-address",
+            f"127.0.0.1:{self.admin_port}",
+        ]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([*command, *self.args], stdout=log, stderr=subprocess.STDOUT)
+        return self.proc
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}{path}"
+
+    async def admin(self, path: str) -> httpx.Response:
+        async with httpx.AsyncClient(timeout=2) as client:
+            return await client.get(f"http://127.0.0.1:{self.admin_port}{path}")
+
+    async def ready(self) -> bool:
+        try:
+            return (await self.admin("/ready")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def not_ready(self) -> bool:
+        return not await self.ready()
+
+    async def envoy_pid(self) -> int:
+        return int((await self.admin("/status")).json()["dataPlane"]["envoyPid"])
+
+    def stop(self) -> None:
+        """Kill what is left (a test that passed stopped weir itself)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+async def in_flight(url: str, count: int, started: list[float]) -> list[tuple[int | str, float, str | None]]:
+    """``count`` GETs of ``url`` at once, each on its own connection.
+
+    Each gives (status or error, end time, Connection header).
+    """
+
+    async def one() -> tuple[int | str, float, str | None]:
+        async with httpx.AsyncClient(timeout=20) as client:
+            try:
+                started.append(time.monotonic())
+                response = await client.get(url)
+                return response.status_code, time.monotonic(), response.headers.get("connection")
+            except httpx.HTTPError as exc:
+                return repr(exc), time.monotonic(), None
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+# --------------------------------------------------------------------------
+# Item 8: graceful stop
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    return folder
+
+
+async def test_sigterm_lets_requests_in_flight_complete(manifests: Path, echo: EchoHttpServer) -> None:
+    """Before: 20 requests in flight (2 s each) were all cut at SIGTERM; weir exited 0.28 s after it.
+    Now /ready fails at once, new connections are refused, the 20 complete, then weir exits."""
+    weir = WeirRun(manifests, free_port(), "--drain-timeout", "6")
+    (manifests / "web.yaml").write_text(gateway_manifests(weir.gateway_port, echo.port))
+    weir.start()
+    try:
+        await eventually(weir.ready, timeout=30, interval=0.1)
+        envoy = await weir.envoy_pid()
+        started: list[float] = []
+        requests = asyncio.create_task(in_flight(weir.url("/?delay=2s"), 20, started))
+        await eventually(lambda: len(echo.requests) >= 20, timeout=5, interval=0.01)
+        assert weir.proc is not None
+        signalled = time.monotonic()
+        weir.proc.send_signal(signal.SIGTERM)
+        await eventually(weir.not_ready, timeout=1, interval=0.02)
+        assert (await weir.admin("/ready")).status_code == 503
+        assert not await answers(weir.url("/"))  # no new connection
+        results = await requests
+        code = await asyncio.to_thread(weir.proc.wait, 15)
+        exited = time.monotonic() - signalled
+    finally:
+        weir.stop()
+    outcome = Counter(r[0] for r in results)
+    print(f"SIGTERM with 20 requests in flight: exit after {exited:.2f} s; results {outcome}")
+    assert [r[0] for r in results] == [200] * 20, weir.output()[-3000:]
+    assert all(r[2] == "close" for r in results)  # each client is told to go elsewhere
+    assert code == 0
+    assert max(r[1] for r in results) - signalled < exited < 6 + 3
+    assert not pid_alive(envoy)
+
+
+async def test_shutdown_delay_keeps_accepting_then_stops(manifests: Path, echo: EchoHttpServer) -> None:
+    """With --shutdown-delay (Kubernetes, instead of a preStop sleep), new connections are still
+    served for that long after SIGTERM, each told to close; weir then stops."""
+    weir = WeirRun(manifests, free_port(), "--drain-timeout", "5", "--shutdown-delay", "2")
+    (manifests / "web.yaml").write_text(gateway_manifests(weir.gateway_port, echo.port))
+    weir.start()
+    try:
+        await eventually(weir.ready, timeout=30, interval=0.1)
+        assert weir.proc is not None
+        signalled = time.monotonic()
+        weir.proc.send_signal(signal.SIGTERM)
+        await eventually(weir.not_ready, timeout=1, interval=0.02)
+        async with httpx.AsyncClient(timeout=2) as client:
+            response = await client.get(weir.url("/"))
+        assert response.status_code == 200 and response.headers["connection"] == "close"
+        code = await asyncio.to_thread(weir.proc.wait, 15)
+        exited = time.monotonic() - signalled
+    finally:
+        weir.stop()
+    assert code == 0
+    assert 2 <= exited < 5 + 3, exited

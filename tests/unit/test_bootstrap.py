@@ -66,7 +66,10 @@ def test_the_inclusion_list_is_made_of_cheap_matchers() -> None:
         ("cluster.xbackend/default/api.upstream_cx_rx_bytes_total", False),
         ("cluster.xbackend/default/api.lb_healthy_panic", False),
         ("http.127.0.0.1_8080.downstream_cx_total", False),
-        ("listener.127.0.0.1_8080.downstream_cx_active", False),
+        # What a graceful stop waits for.
+        ("listener.127.0.0.1_8080.downstream_cx_active", True),
+        ("http.127.0.0.1_8080.downstream_rq_active", True),
+        ("listener.127.0.0.1_8080.downstream_cx_destroy", False),
     ],
 )
 def test_keeps(name: str, kept: bool) -> None:
