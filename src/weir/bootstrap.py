@@ -208,11 +208,16 @@ def with_admin_socket(config: Mapping[str, Any], path: str) -> dict[str, Any]:
     return {**config, "admin": {"address": {"pipe": pipe}}}
 
 
+def bootstrap_text(config: Mapping[str, Any]) -> str:
+    """The bootstrap file's content for ``config`` (JSON, which Envoy reads as YAML)."""
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
 def write_bootstrap(config: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``config`` as JSON (which Envoy reads as YAML) and return its path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(bootstrap_text(config))
     tmp.replace(target)
     return target

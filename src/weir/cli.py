@@ -275,6 +275,15 @@ def run(
             "--drain-timeout. Replaces a preStop sleep in Kubernetes.",
         ),
     ] = 0.0,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="weir's run folder (xDS and Envoy's admin sockets, Envoy's pid file), which outlives "
+            "weir: if weir crashes, Envoy keeps serving, and the next weir on the same folder adopts it. "
+            "Default: $XDG_RUNTIME_DIR (else the temporary folder)/weir-UID/ADMIN_HOST-ADMIN_PORT; with "
+            "admin port 0, a temporary folder (Envoy then stops with weir).",
+        ),
+    ] = None,
     kubernetes: Annotated[
         bool,
         typer.Option(
@@ -340,6 +349,7 @@ def run(
 
     from weir.controller import Controller, Options, Provider, run_until_signalled
     from weir.providers.files import FilesProvider
+    from weir.runfolder import default_run_dir
 
     if access_log not in ("stdout", "log"):
         raise typer.BadParameter("--access-log must be stdout or log")
@@ -406,6 +416,7 @@ def run(
             envoy_access_log_to_stdout=access_log == "stdout",
             drain_timeout_s=drain_timeout,
             shutdown_delay_s=shutdown_delay,
+            run_dir=str(run_dir or default_run_dir(host, port)) if run_dir or port else None,
         ),
     )
     try:

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from weir import __version__, ir
+from weir import __version__, ir, runfolder
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
 from weir.envoy import EnvoyError, EnvoyProcess, ExitInfo, bootstrap, listener_bound
@@ -114,6 +114,10 @@ class Options:
     #: (each answered with ``Connection: close``/GOAWAY) while ``/ready`` says 503, so that load
     #: balancers stop sending them; what a preStop sleep used to do. At most ``drain_timeout_s``.
     shutdown_delay_s: float = 0.0
+    #: A run folder that outlives weir (:mod:`weir.runfolder`): Envoy then survives a crash of weir,
+    #: and the next weir on the same folder adopts it. ``None``: a temporary folder, removed at
+    #: stop, and Envoy dies with weir.
+    run_dir: str | None = None
 
 
 @dataclass
@@ -138,6 +142,7 @@ class Controller:
         self._store = StatusStore()
         self._current = _Current()
         self._run_dir = ""
+        self._lock: runfolder.RunLock | None = None
         self._ads: AdsServer | None = None
         self._envoy: EnvoyProcess | None = None
         self._admin: AdminServer | None = None
@@ -188,9 +193,15 @@ class Controller:
 
     async def start(self) -> None:
         """Start every stage; returns once Envoy runs with the first configuration pushed."""
-        self._run_dir = tempfile.mkdtemp(prefix="weir-")
+        lasting = self._options.run_dir is not None
         try:
-            self._ads = AdsServer(os.path.join(self._run_dir, "xds.sock"))
+            if self._options.run_dir is not None:
+                self._run_dir = str(runfolder.prepare(self._options.run_dir))
+                self._lock = runfolder.RunLock(self._run_dir)
+                self._lock.acquire()
+            else:
+                self._run_dir = tempfile.mkdtemp(prefix="weir-")
+            self._ads = AdsServer(os.path.join(self._run_dir, runfolder.XDS_SOCKET))
             await self._ads.start()
             self._ads.add_listener(lambda _state: self._settle.set())
             # The admin endpoint answers before anything is served (/ready says 503 until then),
@@ -211,11 +222,11 @@ class Controller:
             self._apply(self._provider.load())
             config = bootstrap(
                 node_id=self._options.node_id,
-                ads_socket=os.path.join(self._run_dir, "xds.sock"),
+                ads_socket=os.path.join(self._run_dir, runfolder.XDS_SOCKET),
             )
             self._envoy = EnvoyProcess(
                 config,
-                run_dir=os.path.join(self._run_dir, "envoy"),
+                run_dir=os.path.join(self._run_dir, runfolder.ENVOY_DIR),
                 log_level=self._options.envoy_log_level,
                 concurrency=self._options.envoy_concurrency,
                 ready_timeout=self._options.envoy_ready_timeout_s,
@@ -224,8 +235,8 @@ class Controller:
                 access_log_to_stdout=self._options.envoy_access_log_to_stdout,
                 on_ready=self._on_envoy_ready,
                 on_exit=self._on_envoy_exit,
+                outlive_parent=lasting,
             )
-            os.makedirs(os.path.join(self._run_dir, "envoy"), exist_ok=True)
             await self._envoy.start()
             self._tasks = [
                 asyncio.create_task(self._watch(), name="weir-watch"),
@@ -257,9 +268,12 @@ class Controller:
         if self._ads is not None:
             await self._ads.stop()
             self._ads = None
-        if self._run_dir:
+        if self._lock is not None:
+            self._lock.release()  # a lasting folder stays, for the next weir
+            self._lock = None
+        if self._run_dir and self._options.run_dir is None:
             shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = ""
+        self._run_dir = ""
 
     async def drain(self) -> None:
         """The first half of a graceful stop: fail readiness, let Envoy finish what it has.

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from weir.bootstrap import bootstrap, with_admin_socket, write_bootstrap
+from weir.bootstrap import bootstrap, bootstrap_text, with_admin_socket, write_bootstrap
 from weir.envoy_admin import EnvoyAdmin
+from weir.envoy_adoption import AdoptedProcess, find_previous, remove_pid_file, write_pid_file
 
 __all__ = [
     "EnvoyError",
@@ -201,6 +202,8 @@ class ExitInfo:
 
     @property
     def description(self) -> str:
+        if self.returncode == AdoptedProcess.UNKNOWN_EXIT:
+            return "exited (status unknown: it was started by an earlier weir)"
         if self.returncode < 0:
             try:
                 name = signal.Signals(-self.returncode).name
@@ -254,6 +257,7 @@ class EnvoyProcess:
         on_ready: Callable[[int], None] | None = None,
         on_exit: Callable[[ExitInfo], None] | None = None,
         access_log_to_stdout: bool = False,
+        outlive_parent: bool = False,
     ) -> None:
         if log_level not in _ENVOY_LOG_LEVELS:
             raise ValueError(f"unknown Envoy log level {log_level!r}")
@@ -272,8 +276,11 @@ class EnvoyProcess:
         self.access_log_to_stdout = access_log_to_stdout
         self.on_ready = on_ready
         self.on_exit = on_exit
+        self.outlive_parent = outlive_parent
+        #: The running Envoy was started by an earlier weir and adopted (see :meth:`start`).
+        self.adopted = False
 
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: asyncio.subprocess.Process | AdoptedProcess | None = None
         self._readers: list[asyncio.Task[None]] = []
         self._supervisor: asyncio.Task[None] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -337,7 +344,8 @@ class EnvoyProcess:
         self._run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self._run_dir, 0o700)  # the admin socket inside stops Envoy: weir's user only
         try:
-            await self._launch(deadline=time.monotonic() + self.ready_timeout)
+            if not (self.outlive_parent and await self._adopt()):
+                await self._launch(deadline=time.monotonic() + self.ready_timeout)
         except BaseException:
             await self.stop()
             raise
@@ -355,6 +363,8 @@ class EnvoyProcess:
                     await supervisor
             await self._terminate(self._proc)
         finally:
+            if self.outlive_parent and self._run_dir is not None:
+                remove_pid_file(self._run_dir)
             if self._own_run_dir and self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
                 self._run_dir = None
@@ -477,19 +487,64 @@ class EnvoyProcess:
             command += ["--component-log-level", self.component_log_level]
         return command + list(self.extra_args)
 
+    def _files(self) -> tuple[Path, Path, dict[str, Any]]:
+        """Envoy's admin socket, bootstrap path and bootstrap, in the run folder."""
+        assert self._run_dir is not None
+        admin_path = self._run_dir / ADMIN_SOCKET
+        return admin_path, self._run_dir / "envoy.json", with_admin_socket(self.config, str(admin_path))
+
+    async def _adopt(self) -> bool:
+        """Take over the Envoy an earlier weir left running in the run folder, if it is ours as is.
+
+        Returns whether it was adopted; an Envoy of this folder started
+        differently, or that does not answer, is stopped (the caller then
+        starts a new one). See :mod:`weir.envoy_adoption`.
+        """
+        assert self._run_dir is not None
+        admin_path, config_path, config = self._files()
+        candidate = find_previous(self._run_dir, self._command(config_path), bootstrap_text(config))
+        if candidate is None:
+            return False
+        why = candidate.why_not
+        if candidate.same:
+            admin = EnvoyAdmin(admin_path)
+            try:
+                status, _ = await admin.get("/ready", timeout=2.0)
+            except (OSError, TimeoutError):
+                status = 0
+            if status == 200:
+                self._proc = AdoptedProcess(candidate.pid)
+                self._admin = admin
+                self._tail.clear()
+                self._started_at = time.monotonic()
+                self._ready = self.adopted = True
+                log.info("adopted the Envoy (pid %d) an earlier weir left running", candidate.pid)
+                self._notify_ready(candidate.pid)
+                return True
+            why = f"its admin interface does not answer /ready ({status or 'no answer'})"
+        log.warning("replacing the Envoy (pid %d) an earlier weir left running: %s", candidate.pid, why)
+        await self._terminate(AdoptedProcess(candidate.pid))
+        return False
+
+    def _notify_ready(self, pid: int) -> None:
+        if self.on_ready is not None:
+            try:
+                self.on_ready(pid)
+            except Exception:
+                log.exception("Envoy on_ready callback failed")
+
     async def _launch(self, deadline: float | None) -> None:
         """Spawn Envoy and wait for ``/ready`` (until ``deadline``, or forever)."""
         assert self._run_dir is not None
-        admin_path = self._run_dir / ADMIN_SOCKET
+        admin_path, config_path, config = self._files()
         with contextlib.suppress(FileNotFoundError):
             admin_path.unlink()  # left by an Envoy that was killed
-        config_path = write_bootstrap(
-            with_admin_socket(self.config, str(admin_path)), self._run_dir / "envoy.json"
-        )
+        write_bootstrap(config, config_path)
         self._admin = EnvoyAdmin(admin_path)
-        self._ready = False
+        self._ready = self.adopted = False
         self._tail.clear()
-        prefix, preexec = _die_with_parent()
+        # An Envoy that outlives weir keeps serving if weir crashes; the next weir adopts it.
+        prefix, preexec = ([], None) if self.outlive_parent else _die_with_parent()
         command = self._command(config_path)
         self._proc = proc = await asyncio.create_subprocess_exec(
             *prefix,
@@ -507,6 +562,8 @@ class EnvoyProcess:
         if proc.stdout is not None:
             self._readers.append(asyncio.create_task(self._pump(proc.stdout, access=True)))
         log.info("Envoy started (pid %d)", proc.pid)
+        if self.outlive_parent:
+            write_pid_file(self._run_dir, proc.pid)
         try:
             await self._wait_ready(proc, self._admin, deadline)
         except BaseException:
@@ -519,11 +576,7 @@ class EnvoyProcess:
             admin_path,
             (time.monotonic() - self._started_at) * 1000,
         )
-        if self.on_ready is not None:
-            try:
-                self.on_ready(proc.pid)
-            except Exception:
-                log.exception("Envoy on_ready callback failed")
+        self._notify_ready(proc.pid)
 
     async def _wait_ready(
         self, proc: asyncio.subprocess.Process, admin: EnvoyAdmin, deadline: float | None
@@ -554,7 +607,7 @@ class EnvoyProcess:
         finally:
             exited.cancel()
 
-    async def _terminate(self, proc: asyncio.subprocess.Process | None) -> None:
+    async def _terminate(self, proc: asyncio.subprocess.Process | AdoptedProcess | None) -> None:
         """SIGTERM, then SIGKILL after ``stop_timeout``; reap; never leave it running."""
         if proc is None:
             return
@@ -605,7 +658,7 @@ class EnvoyProcess:
                 self._crash_streak = 0
             await self._restart()
 
-    async def _record_exit(self, proc: asyncio.subprocess.Process) -> None:
+    async def _record_exit(self, proc: asyncio.subprocess.Process | AdoptedProcess) -> None:
         self._ready = False
         await self._drain_readers()  # Envoy's last words
         uptime = time.monotonic() - self._started_at

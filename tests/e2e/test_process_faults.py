@@ -374,3 +374,119 @@ async def test_shutdown_delay_keeps_accepting_then_stops(manifests: Path, echo: 
         weir.stop()
     assert code == 0
     assert 2 <= exited < 5 + 3, exited
+
+
+# --------------------------------------------------------------------------
+# Item 9: weir restarts without dropping traffic
+# --------------------------------------------------------------------------
+
+
+class Load:
+    """Steady traffic: ``workers`` loops of GETs, each on a new connection every ``per_connection``
+    requests; counts answers by status (or error)."""
+
+    def __init__(self, url: str, workers: int = 4, per_connection: int = 5) -> None:
+        self.url, self.workers, self.per_connection = url, workers, per_connection
+        self.outcomes: Counter[int | str] = Counter()
+        self.failures: list[tuple[float, str]] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            async with httpx.AsyncClient(timeout=2) as client:
+                for _ in range(self.per_connection):
+                    try:
+                        response = await client.get(self.url)
+                        outcome: int | str = response.status_code
+                    except httpx.HTTPError as exc:
+                        outcome = type(exc).__name__
+                    self.outcomes[outcome] += 1
+                    if outcome != 200:
+                        self.failures.append((time.monotonic(), str(outcome)))
+                    await asyncio.sleep(0.005)
+
+    def __enter__(self) -> Load:
+        self._tasks = [asyncio.create_task(self._loop()) for _ in range(self.workers)]
+        return self
+
+    async def stop(self) -> Counter[int | str]:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        return self.outcomes
+
+    def __exit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+
+def envoys_of(run_dir: Path) -> list[int]:
+    """Envoy processes running on ``run_dir``'s bootstrap."""
+    config = str(run_dir / "envoy" / "envoy.json").encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+                if config in words and Path(os.fsdecode(words[0])).name == "envoy":
+                    found.append(int(entry.name))
+    return found
+
+
+async def test_sigkill_of_weir_drops_no_traffic_and_the_next_weir_adopts_envoy(
+    manifests: Path, echo: EchoHttpServer, short_tmp: Path
+) -> None:
+    """Before: SIGKILL of weir took Envoy down with it (51 of 51 later requests refused) and a
+    restarted weir started from nothing. Now Envoy keeps serving, the next weir adopts it (no
+    second Envoy), edits apply again, and a clean stop still stops Envoy."""
+    run_dir = short_tmp / "run"
+    gateway_port = free_port()
+    (manifests / "web.yaml").write_text(gateway_manifests(gateway_port, echo.port))
+    first = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
+    second = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
+    second.admin_port = first.admin_port
+    try:
+        first.start()
+        await eventually(first.ready, timeout=30, interval=0.1)
+        envoy = await first.envoy_pid()
+        assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+        with Load(first.url("/")) as load:
+            await asyncio.sleep(0.5)
+            assert first.proc is not None
+            first.proc.kill()
+            first.proc.wait()
+            killed = time.monotonic()
+            await asyncio.sleep(1.5)
+            assert pid_alive(envoy) and envoys_of(run_dir) == [envoy]
+            second.start()
+            await eventually(second.ready, timeout=30, interval=0.1)
+            adopted = time.monotonic() - killed
+            await asyncio.sleep(0.5)
+            outcomes = await load.stop()
+        print(f"SIGKILL of weir under load: {dict(outcomes)}; next weir ready {adopted:.2f} s after the kill")
+        assert set(outcomes) == {200} and outcomes[200] > 100, (outcomes, load.failures)
+        assert await second.envoy_pid() == envoy
+        assert envoys_of(run_dir) == [envoy]
+        assert "adopted the Envoy" in second.output()
+        # Edits apply again: Envoy is connected to the new weir.
+        edited = gateway_manifests(gateway_port, echo.port).replace(
+            "  - backendRefs:", "  - matches: [{path: {value: /new}}]\n    backendRefs:"
+        )
+        (manifests / "web.yaml").write_text(edited)
+
+        async def moved() -> bool:
+            async with httpx.AsyncClient(timeout=1) as client:
+                return (await client.get(second.url("/"))).status_code == 404
+
+        await eventually(moved, timeout=10)
+        assert await answers(second.url("/new"))
+        assert second.proc is not None
+        second.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(second.proc.wait, 15) == 0
+        assert not pid_alive(envoy), "a clean stop leaves no Envoy"
+        assert not (run_dir / "envoy" / "envoy.pid").exists()
+    finally:
+        first.stop()
+        second.stop()
+        for pid in envoys_of(run_dir):
+            os.kill(pid, signal.SIGKILL)
