@@ -268,11 +268,13 @@ class Controller:
         if self._ads is not None:
             await self._ads.stop()
             self._ads = None
-        if self._lock is not None:
-            self._lock.release()  # a lasting folder stays, for the next weir
-            self._lock = None
-        if self._run_dir and self._options.run_dir is None:
+        if self._run_dir and (self._lock is not None or self._options.run_dir is None):
+            # Envoy is stopped: nothing is left for a next weir to adopt. (A lasting folder stays
+            # only when weir dies without stopping; then its Envoy still serves.)
             shutil.rmtree(self._run_dir, ignore_errors=True)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         self._run_dir = ""
 
     async def drain(self) -> None:

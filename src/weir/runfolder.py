@@ -13,8 +13,8 @@ The contract (docs/architecture.md, "The process: faults and restarts")::
 The folder outlives weir on purpose: an Envoy whose weir crashed keeps
 serving its last configuration, and the next weir started on the same
 folder adopts it (checks it is the Envoy it would start, serves xDS on the
-same socket) instead of starting a second one. A clean stop removes the
-sockets and the pid file, and the folder when weir made it temporary.
+same socket) instead of starting a second one. A clean stop stops Envoy
+and removes the folder.
 """
 
 from __future__ import annotations

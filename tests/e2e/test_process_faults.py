@@ -484,7 +484,39 @@ async def test_sigkill_of_weir_drops_no_traffic_and_the_next_weir_adopts_envoy(
         second.proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(second.proc.wait, 15) == 0
         assert not pid_alive(envoy), "a clean stop leaves no Envoy"
-        assert not (run_dir / "envoy" / "envoy.pid").exists()
+        assert not run_dir.exists(), "a clean stop leaves nothing to adopt"
+    finally:
+        first.stop()
+        second.stop()
+        for pid in envoys_of(run_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_weir_started_differently_replaces_the_envoy_left_running(
+    manifests: Path, echo: EchoHttpServer, short_tmp: Path
+) -> None:
+    """An Envoy left by a weir with other flags is not adopted as it is (it would keep the old
+    ones): it is stopped and one new Envoy serves, never two."""
+    run_dir = short_tmp / "run"
+    gateway_port = free_port()
+    (manifests / "web.yaml").write_text(gateway_manifests(gateway_port, echo.port))
+    first = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
+    second = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir), "--envoy-log-level", "info")
+    try:
+        first.start()
+        await eventually(first.ready, timeout=30, interval=0.1)
+        old = await first.envoy_pid()
+        assert first.proc is not None
+        first.proc.kill()
+        first.proc.wait()
+        assert pid_alive(old)
+        second.start()
+        await eventually(second.ready, timeout=30, interval=0.1)
+        new = await second.envoy_pid()
+        assert new != old and not pid_alive(old)
+        assert envoys_of(run_dir) == [new]
+        assert "replacing the Envoy" in second.output() and "another command line" in second.output()
+        assert await answers(second.url("/"))
     finally:
         first.stop()
         second.stop()
