@@ -275,6 +275,15 @@ def run(
             "--drain-timeout. Replaces a preStop sleep in Kubernetes.",
         ),
     ] = 0.0,
+    envoy_standby: Annotated[
+        bool,
+        typer.Option(
+            "--envoy-standby",
+            help="Run a second Envoy on the same configuration and ports (SO_REUSEPORT), so that a crash "
+            "of one costs only the requests in flight on it, not the time to start another "
+            "(docs/architecture.md). Doubles Envoy's memory and threads.",
+        ),
+    ] = False,
     run_dir: Annotated[
         Path | None,
         typer.Option(
@@ -417,6 +426,7 @@ def run(
             drain_timeout_s=drain_timeout,
             shutdown_delay_s=shutdown_delay,
             run_dir=str(run_dir or default_run_dir(host, port)) if run_dir or port else None,
+            envoy_standby=envoy_standby,
         ),
     )
     try:

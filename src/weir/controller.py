@@ -118,6 +118,11 @@ class Options:
     #: and the next weir on the same folder adopts it. ``None``: a temporary folder, removed at
     #: stop, and Envoy dies with weir.
     run_dir: str | None = None
+    #: Run a second Envoy on the same configuration and ports (SO_REUSEPORT): the kernel spreads
+    #: new connections over both, and when one crashes the other already serves (a crash then
+    #: costs only the requests in flight on it; docs/architecture.md has the figures). Doubles
+    #: Envoy's memory and threads.
+    envoy_standby: bool = False
 
 
 @dataclass
@@ -145,6 +150,7 @@ class Controller:
         self._lock: runfolder.RunLock | None = None
         self._ads: AdsServer | None = None
         self._envoy: EnvoyProcess | None = None
+        self._standby: EnvoyProcess | None = None
         self._admin: AdminServer | None = None
         self._settle = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -172,7 +178,7 @@ class Controller:
                 problems=lambda: self._current.problems,
                 statuses=lambda: self._store.current,
                 translation=lambda: self._current.translation,
-                envoy=lambda: self._envoy,
+                envoys=lambda: self.envoys,
                 xds=lambda: self._ads.counters if self._ads is not None else None,
                 config_accepted=lambda: self._current.state.accepted,
                 controller_name=settings.controller_name,
@@ -220,24 +226,13 @@ class Controller:
             if isinstance(self._provider, ManagedProvider):
                 await self._provider.start()
             self._apply(self._provider.load())
-            config = bootstrap(
-                node_id=self._options.node_id,
-                ads_socket=os.path.join(self._run_dir, runfolder.XDS_SOCKET),
-            )
-            self._envoy = EnvoyProcess(
-                config,
-                run_dir=os.path.join(self._run_dir, runfolder.ENVOY_DIR),
-                log_level=self._options.envoy_log_level,
-                concurrency=self._options.envoy_concurrency,
-                ready_timeout=self._options.envoy_ready_timeout_s,
-                # Envoy's drain time is how long its listeners accept while draining (see drain()).
-                drain_time_s=max(1, math.ceil(self._options.shutdown_delay_s)),
-                access_log_to_stdout=self._options.envoy_access_log_to_stdout,
-                on_ready=self._on_envoy_ready,
-                on_exit=self._on_envoy_exit,
-                outlive_parent=lasting,
-            )
+            self._envoy = self._new_envoy(self._options.node_id, runfolder.ENVOY_DIR, lasting)
             await self._envoy.start()
+            if self._options.envoy_standby:
+                self._standby = self._new_envoy(
+                    self._options.node_id + "-standby", runfolder.ENVOY_DIR + "-standby", lasting
+                )
+                await self._standby.start()
             self._tasks = [
                 asyncio.create_task(self._watch(), name="weir-watch"),
                 asyncio.create_task(self._settle_loop(), name="weir-settle"),
@@ -246,6 +241,30 @@ class Controller:
         except BaseException:
             await self.stop()
             raise
+
+    def _new_envoy(self, node_id: str, folder: str, lasting: bool) -> EnvoyProcess:
+        config = bootstrap(node_id=node_id, ads_socket=os.path.join(self._run_dir, runfolder.XDS_SOCKET))
+        return EnvoyProcess(
+            config,
+            run_dir=os.path.join(self._run_dir, folder),
+            log_level=self._options.envoy_log_level,
+            concurrency=self._options.envoy_concurrency,
+            ready_timeout=self._options.envoy_ready_timeout_s,
+            # Envoy's drain time is how long its listeners accept while draining (see drain()).
+            drain_time_s=max(1, math.ceil(self._options.shutdown_delay_s)),
+            access_log_to_stdout=self._options.envoy_access_log_to_stdout,
+            on_ready=self._on_envoy_ready,
+            on_exit=self._on_envoy_exit,
+            outlive_parent=lasting,
+        )
+
+    @property
+    def envoys(self) -> tuple[EnvoyProcess, ...]:
+        """Every Envoy process: the primary, and the standby if there is one."""
+        return tuple(e for e in (self._envoy, self._standby) if e is not None)
+
+    def _envoy_up(self) -> bool:
+        return any(e.ready for e in self.envoys)
 
     async def stop(self) -> None:
         """Stop everything this controller started, Envoy first."""
@@ -260,8 +279,8 @@ class Controller:
         self._tasks = []
         if isinstance(self._provider, ManagedProvider):
             await self._provider.stop()
-        if self._envoy is not None:
-            await self._envoy.stop()
+        for envoy in self.envoys:
+            await envoy.stop()
         if self._admin is not None:
             await self._admin.stop()
             self._admin = None
@@ -293,15 +312,18 @@ class Controller:
         if self._retry_handle is not None:
             self._retry_handle.cancel()
             self._retry_handle = None
-        envoy, translation = self._envoy, self._current.translation
-        if envoy is None:
-            return
+        translation = self._current.translation
         tcp = [lst.name for lst in translation.ir.listeners if _is_tcp(lst)] if translation else []
         options = self._options
-        await envoy.drain(
-            accept_for=min(options.shutdown_delay_s, options.drain_timeout_s),
-            deadline=started + options.drain_timeout_s,
-            tcp_listeners=tcp,
+        await asyncio.gather(
+            *(
+                envoy.drain(
+                    accept_for=min(options.shutdown_delay_s, options.drain_timeout_s),
+                    deadline=started + options.drain_timeout_s,
+                    tcp_listeners=tcp,
+                )
+                for envoy in self.envoys
+            )
         )
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -401,8 +423,9 @@ class Controller:
         self._settle.set()
 
     def _on_envoy_exit(self, info: ExitInfo) -> None:
-        log.warning("Envoy exited unexpectedly (%s); restarting it", info.description)
-        self._current.state = DataPlaneState()
+        log.warning("Envoy (pid %d) exited unexpectedly (%s); restarting it", info.pid, info.description)
+        if not self._envoy_up():  # with a standby still serving, what users see has not changed
+            self._current.state = DataPlaneState()
         self._settle.set()
 
     async def _settle_loop(self) -> None:
@@ -437,7 +460,7 @@ class Controller:
         rejection = None
         if result is not None and result.status is AckStatus.NACKED:
             rejection = result.message or "rejected without a message"
-        envoy_up = self._envoy is not None and self._envoy.ready
+        envoy_up = self._envoy_up()
         listeners = current.translation.ir.listeners
         bound: set[tuple[str, int]] = set()
         if envoy_up and (accepted or rejection):
@@ -445,7 +468,11 @@ class Controller:
             # a connection to its backend for each probe. Envoy's list of active
             # listeners says whether it serves one (a socket that cannot be
             # bound makes Envoy reject the listener instead).
-            active = await self._active_listeners() if any(_is_tcp(lst) for lst in listeners) else set()
+            active = (
+                await self._active_listeners(self._ready_envoy())
+                if any(_is_tcp(lst) for lst in listeners)
+                else set()
+            )
             for listener in listeners:
                 if _is_tcp(listener):
                     ok = listener.name in active
@@ -541,23 +568,28 @@ class Controller:
             self._ads.retry_rejected()
 
     async def _check_serving_loop(self) -> None:
-        """Every :data:`_SERVING_CHECK_S`, check that Envoy serves what it accepted; restart it if not."""
+        """Every :data:`_SERVING_CHECK_S`, check that each Envoy serves what it accepted; else restart it."""
         while True:
             await asyncio.sleep(_SERVING_CHECK_S)
-            envoy = self._envoy
-            if envoy is None or not envoy.ready or self.draining:
-                continue
-            problem = await self._not_serving(envoy)
-            if problem is None or envoy is not self._envoy or not envoy.ready or self.draining:
-                continue
-            log.error("Envoy does not serve the configuration it accepted (%s): restarting it", problem)
-            self.last_restore = (time.time(), problem)
-            self._current.state = DataPlaneState()
-            self._settle.set()
-            try:
-                await envoy.restart("not_serving", problem)
-            except EnvoyError as exc:
-                log.error("restarting Envoy failed (supervision keeps trying): %s", exc)
+            for envoy in self.envoys:
+                if not envoy.ready or self.draining:
+                    continue
+                problem = await self._not_serving(envoy)
+                if problem is None or not envoy.ready or self.draining:
+                    continue
+                log.error(
+                    "Envoy (pid %s) does not serve the configuration it accepted (%s): restarting it",
+                    envoy.pid,
+                    problem,
+                )
+                self.last_restore = (time.time(), problem)
+                if not any(e.ready for e in self.envoys if e is not envoy):
+                    self._current.state = DataPlaneState()
+                    self._settle.set()
+                try:
+                    await envoy.restart("not_serving", problem)
+                except EnvoyError as exc:
+                    log.error("restarting Envoy failed (supervision keeps trying): %s", exc)
 
     async def _not_serving(self, envoy: EnvoyProcess) -> str | None:
         """What Envoy fails to serve of the listeners it ACKed, or ``None``.
@@ -580,7 +612,7 @@ class Controller:
             return None
         if stopped:
             return "its listeners were stopped through its admin interface (drain_listeners)"
-        active = await self._active_listeners()
+        active = await self._active_listeners(envoy)
         if current is not self._current or snapshot is not current.snapshot or not current.state.accepted:
             return None  # the configuration changed meanwhile
         missing = sorted(set(snapshot.of_type(LISTENER)) - active) if active else []
@@ -588,12 +620,15 @@ class Controller:
             return f"listeners {', '.join(missing)} are missing from Envoy's active listeners"
         return None
 
-    async def _active_listeners(self) -> set[str]:
-        """Names of the listeners Envoy is serving (admin ``/listeners``); empty if it does not answer."""
-        if self._envoy is None:
+    def _ready_envoy(self) -> EnvoyProcess | None:
+        return next((e for e in self.envoys if e.ready), None)
+
+    async def _active_listeners(self, envoy: EnvoyProcess | None) -> set[str]:
+        """Names of the listeners ``envoy`` is serving (admin ``/listeners``); empty if it does not answer."""
+        if envoy is None:
             return set()
         try:
-            code, body = await self._envoy.admin.get("/listeners?format=json")
+            code, body = await envoy.admin.get("/listeners?format=json")
             if code != 200:
                 return set()
             data = json.loads(body)
@@ -618,12 +653,7 @@ class Controller:
         return 200, {"status": "ok"}
 
     def _ready_view(self) -> tuple[int, Any]:
-        ok = (
-            self._envoy is not None
-            and self._envoy.ready
-            and self._current.state.accepted
-            and not self.draining
-        )
+        ok = self._envoy_up() and self._current.state.accepted and not self.draining
         return (200 if ok else 503), {"ready": ok}
 
     def _status_view(self) -> tuple[int, Any]:
@@ -645,6 +675,7 @@ class Controller:
                 "envoyAdmin": envoy_proc.admin_socket if envoy_proc else None,
                 "envoyRestarts": envoy_proc.restarts if envoy_proc else 0,
                 "envoyRestartReasons": dict(envoy_proc.restart_reasons) if envoy_proc else {},
+                "standbyEnvoyPid": self._standby.pid if self._standby else None,
                 "lastRestore": (
                     {"at": _rfc3339(self.last_restore[0]), "reason": self.last_restore[1]}
                     if self.last_restore

@@ -65,6 +65,7 @@ has everything else, and ``weir_envoy_stats_up`` is 0.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import urllib.parse
@@ -391,8 +392,8 @@ class Sources:
     statuses: Callable[[], Mapping[ObjectKey, Mapping[str, Any]]]
     #: The translation being served, if any.
     translation: Callable[[], Translation | None]
-    #: The Envoy process, if started.
-    envoy: Callable[[], EnvoyProcess | None]
+    #: The Envoy processes (a standby too, if there is one); their stats are summed.
+    envoys: Callable[[], Sequence[EnvoyProcess]]
     #: The ADS server's counters, if it runs.
     xds: Callable[[], XdsCounters | None]
     #: Whether Envoy accepted the configuration being served.
@@ -416,7 +417,8 @@ class Telemetry:
     def __init__(self, sources: Sources, collectors: Iterable[Collector] = ()) -> None:
         self._sources = sources
         self._collectors = list(collectors)
-        self._envoy_stats = EnvoyStatsCache()
+        #: One cache per Envoy (by admin socket).
+        self._envoy_stats: dict[str, EnvoyStatsCache] = {}
         self.translations = Counter(
             "weir_translations_total",
             "Configurations translated (a provider snapshot: translation and xDS build).",
@@ -469,13 +471,31 @@ class Telemetry:
         return 200, Text(body, CONTENT_TYPE)
 
     async def _fetch_envoy_stats(self) -> EnvoyStats:
-        envoy = self._sources.envoy()
-        if envoy is None or not envoy.ready:
+        """Every ready Envoy's stats, summed (a standby serves part of the traffic)."""
+        envoys = [e for e in self._sources.envoys() if e.ready]
+        if not envoys:
             return EnvoyStats(error="Envoy is not running")
         translation = self._sources.translation()
         if self._names is None or self._names[0] is not translation:
             self._names = (translation, StatNames.of(translation))
-        return await self._envoy_stats.get(envoy.admin, self._names[1])
+        names = self._names[1]
+        for gone in set(self._envoy_stats) - {e.admin.path for e in envoys}:
+            del self._envoy_stats[gone]
+        caches = [self._envoy_stats.setdefault(e.admin.path, EnvoyStatsCache()) for e in envoys]
+        fetched = await asyncio.gather(*(c.get(e.admin, names) for c, e in zip(caches, envoys, strict=True)))
+        if len(fetched) == 1:
+            return fetched[0]
+        values: dict[tuple[str, tuple[str, ...]], float] = {}
+        for stats in fetched:
+            for key, value in stats.values.items():
+                values[key] = values.get(key, 0.0) + value
+        errors = [s.error for s in fetched if s.error]
+        return EnvoyStats(
+            {} if errors else values,
+            "; ".join(errors) or None,
+            max(s.duration_s for s in fetched),
+            sum(s.lines for s in fetched),
+        )
 
     def _control_plane(self) -> Iterator[MetricFamily]:
         src = self._sources
@@ -494,14 +514,16 @@ class Telemetry:
             "Standing problems with the input (objects skipped or partly used); weir status lists them.",
             tuple(Sample({"severity": sev}, n) for sev, n in sorted(severities.items())),
         )
-        envoy = src.envoy()
+        envoys = src.envoys()
         yield MetricFamily(
             "weir_envoy_ready",
             "gauge",
-            "1 while Envoy runs and is ready, else 0.",
-            (Sample({}, 1.0 if envoy is not None and envoy.ready else 0.0),),
+            "1 while Envoy runs and is ready (with a standby: either), else 0.",
+            (Sample({}, 1.0 if any(e.ready for e in envoys) else 0.0),),
         )
-        reasons = envoy.restart_reasons if envoy is not None else {}
+        reasons: collections.Counter[str] = collections.Counter()
+        for envoy in envoys:
+            reasons.update(envoy.restart_reasons)
         yield MetricFamily(
             "weir_envoy_restarts_total",
             "counter",

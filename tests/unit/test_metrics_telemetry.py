@@ -182,7 +182,7 @@ def _sources(envoy: Any, statuses: dict[ObjectKey, dict[str, Any]], problems: li
         problems=lambda: problems,
         statuses=lambda: statuses,
         translation=lambda: None,
-        envoy=lambda: envoy,
+        envoys=lambda: [envoy] if envoy is not None else [],
         xds=lambda: None,
         config_accepted=lambda: True,
         controller_name=WEIR,
