@@ -24,48 +24,16 @@ from typing import Any
 
 import httpx
 import pytest
-from weir_harness import Weir, eventually, pid_alive
+from weir_harness import Weir, eventually, pid_alive, services_manifests
 
 from weir.testkit import EchoHttpServer, EchoIdentity, free_port
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def gateway_manifests(port: int, backend_port: int, *, name: str = "gw") -> str:
-    """A Gateway on ``port`` with one HTTPRoute to one Service endpoint on 127.0.0.1:``backend_port``."""
-    return f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: weir}}
-spec: {{controllerName: weir.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: {name}, namespace: default}}
-spec:
-  gatewayClassName: weir
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: web, namespace: default}}
-spec:
-  parentRefs: [{{name: {name}}}]
-  rules:
-  - backendRefs: [{{name: echo, port: {backend_port}}}]
----
-apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: default}}
-spec: {{ports: [{{name: http, port: {backend_port}}}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: echo-1, namespace: default, labels: {{kubernetes.io/service-name: echo}}}}
-addressType: IPv4
-ports: [{{name: http, port: {backend_port}}}]
-endpoints: [{{addresses: [127.0.0.1]}}]
-"""
+def web(port: int, echo: EchoHttpServer, path: str = "/") -> str:
+    """Gateway ``gw`` on ``port`` with HTTPRoute ``web`` (``path``) to Service ``echo`` (``echo``)."""
+    return services_manifests(port, {"echo": ("127.0.0.1", echo.port, 1)}, path)
 
 
 @pytest.fixture
@@ -116,7 +84,7 @@ async def test_a_listener_refused_for_a_busy_port_recovers_once_the_port_is_free
     blocker.bind(("127.0.0.1", weir.gateway_port))
     blocker.listen()
     try:
-        weir.write("web.yaml", gateway_manifests(weir.gateway_port, echo.port))
+        weir.write("web.yaml", web(weir.gateway_port, echo))
         await weir.start(wait_ready=False)
 
         def refused() -> dict[str, Any] | None:
@@ -164,7 +132,7 @@ async def test_envoy_admin_is_only_a_unix_socket_that_only_weirs_user_can_open(
     weir: Weir, echo: EchoHttpServer
 ) -> None:
     """Before: Envoy's admin listened on a loopback TCP port any local process could use."""
-    weir.write("web.yaml", gateway_manifests(weir.gateway_port, echo.port))
+    weir.write("web.yaml", web(weir.gateway_port, echo))
     controller = await weir.start()
     assert controller.envoy is not None
     assert listening_tcp_ports(weir.envoy_pid) == {weir.gateway_port}
@@ -192,7 +160,7 @@ async def test_listeners_stopped_behind_weirs_back_are_restored(
     """Before: after ``POST /drain_listeners`` every connection was refused for good while the
     Gateway stayed Programmed=True and /ready 200. Now weir notices (it compares Envoy's listeners
     with what Envoy accepted), restarts Envoy, and says so in the log, /status and /metrics."""
-    weir.write("web.yaml", gateway_manifests(weir.gateway_port, echo.port))
+    weir.write("web.yaml", web(weir.gateway_port, echo))
     controller = await weir.start()
     assert controller.envoy is not None
     first = weir.envoy_pid
@@ -216,17 +184,28 @@ async def test_listeners_stopped_behind_weirs_back_are_restored(
 async def test_a_gateway_added_after_a_drain_is_served(weir: Weir, echo: EchoHttpServer) -> None:
     """After drain_listeners Envoy ACKs new listeners without ever listening on them: a Gateway
     added later never answered, while weir reported it Programmed."""
-    weir.write("web.yaml", gateway_manifests(weir.gateway_port, echo.port))
+    weir.write("web.yaml", web(weir.gateway_port, echo))
     controller = await weir.start()
     assert controller.envoy is not None
     assert (await controller.envoy.admin.post("/drain_listeners"))[0] == 200
     other = free_port()
     weir.write(
         "other.yaml",
-        # Without the GatewayClass, which web.yaml defines.
-        gateway_manifests(other, echo.port, name="other")
-        .split("---\n", 1)[1]
-        .replace("name: web", "name: web2"),
+        f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: other, namespace: default}}
+spec:
+  gatewayClassName: weir
+  listeners: [{{name: http, port: {other}, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: other, namespace: default}}
+spec:
+  parentRefs: [{{name: other}}]
+  rules: [{{backendRefs: [{{name: echo, port: {echo.port}}}]}}]
+""",
     )
     await eventually(lambda: answers(f"http://127.0.0.1:{other}/"), timeout=10, interval=0.05)
     await eventually(lambda: programmed(weir, "other")["status"] == "True", timeout=5)
@@ -325,7 +304,7 @@ async def test_sigterm_lets_requests_in_flight_complete(manifests: Path, echo: E
     """Before: 20 requests in flight (2 s each) were all cut at SIGTERM; weir exited 0.28 s after it.
     Now /ready fails at once, new connections are refused, the 20 complete, then weir exits."""
     weir = WeirRun(manifests, free_port(), "--drain-timeout", "6")
-    (manifests / "web.yaml").write_text(gateway_manifests(weir.gateway_port, echo.port))
+    (manifests / "web.yaml").write_text(web(weir.gateway_port, echo))
     weir.start()
     try:
         await eventually(weir.ready, timeout=30, interval=0.1)
@@ -357,7 +336,7 @@ async def test_shutdown_delay_keeps_accepting_then_stops(manifests: Path, echo: 
     """With --shutdown-delay (Kubernetes, instead of a preStop sleep), new connections are still
     served for that long after SIGTERM, each told to close; weir then stops."""
     weir = WeirRun(manifests, free_port(), "--drain-timeout", "5", "--shutdown-delay", "2")
-    (manifests / "web.yaml").write_text(gateway_manifests(weir.gateway_port, echo.port))
+    (manifests / "web.yaml").write_text(web(weir.gateway_port, echo))
     weir.start()
     try:
         await eventually(weir.ready, timeout=30, interval=0.1)
@@ -441,7 +420,7 @@ async def test_sigkill_of_weir_drops_no_traffic_and_the_next_weir_adopts_envoy(
     second Envoy), edits apply again, and a clean stop still stops Envoy."""
     run_dir = short_tmp / "run"
     gateway_port = free_port()
-    (manifests / "web.yaml").write_text(gateway_manifests(gateway_port, echo.port))
+    (manifests / "web.yaml").write_text(web(gateway_port, echo))
     first = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
     second = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
     second.admin_port = first.admin_port
@@ -469,10 +448,7 @@ async def test_sigkill_of_weir_drops_no_traffic_and_the_next_weir_adopts_envoy(
         assert envoys_of(run_dir) == [envoy]
         assert "adopted the Envoy" in second.output()
         # Edits apply again: Envoy is connected to the new weir.
-        edited = gateway_manifests(gateway_port, echo.port).replace(
-            "  - backendRefs:", "  - matches: [{path: {value: /new}}]\n    backendRefs:"
-        )
-        (manifests / "web.yaml").write_text(edited)
+        (manifests / "web.yaml").write_text(web(gateway_port, echo, path="/new"))
 
         async def moved() -> bool:
             async with httpx.AsyncClient(timeout=1) as client:
@@ -499,7 +475,7 @@ async def test_a_weir_started_differently_replaces_the_envoy_left_running(
     ones): it is stopped and one new Envoy serves, never two."""
     run_dir = short_tmp / "run"
     gateway_port = free_port()
-    (manifests / "web.yaml").write_text(gateway_manifests(gateway_port, echo.port))
+    (manifests / "web.yaml").write_text(web(gateway_port, echo))
     first = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
     second = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir), "--envoy-log-level", "info")
     try:
@@ -537,7 +513,7 @@ async def test_with_a_standby_a_crash_of_envoy_costs_only_the_requests_in_flight
     With --envoy-standby a second Envoy listens on the same port: only requests in flight on the
     killed one fail, at most one per client loop."""
     weir = WeirRun(manifests, free_port(), "--envoy-standby")
-    (manifests / "web.yaml").write_text(gateway_manifests(weir.gateway_port, echo.port))
+    (manifests / "web.yaml").write_text(web(weir.gateway_port, echo))
     weir.start()
     try:
         await eventually(weir.ready, timeout=30, interval=0.1)

@@ -44,6 +44,42 @@ TEST_DENIED_CIDRS = ("127.0.0.66/32",)
 FORBIDDEN_IP = "127.0.0.66"
 
 
+def services_manifests(port: int, backends: dict[str, tuple[str, int, int]], path: str = "/") -> str:
+    """One route to Services; ``backends`` maps a Service name to (ip, port, weight)."""
+    text = (
+        GATEWAY_HEAD.format(port=port)
+        + f"""\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+    backendRefs:
+"""
+    )
+    for svc, (_, svc_port, weight) in backends.items():
+        text += f"    - {{name: {svc}, port: {svc_port}, weight: {weight}}}\n"
+    for svc, (ip, svc_port, _) in backends.items():
+        text += f"""\
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {svc}, namespace: default}}
+spec: {{ports: [{{name: http, port: {svc_port}}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {svc}-1, namespace: default, labels: {{kubernetes.io/service-name: {svc}}}}}
+addressType: IPv4
+ports: [{{name: http, port: {svc_port}}}]
+endpoints: [{{addresses: [{ip}]}}]
+"""
+    return text
+
+
 def indent_pem(pem: str, spaces: int) -> str:
     return textwrap.indent(pem, " " * spaces)
 
