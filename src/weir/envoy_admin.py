@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Collection
 
 import h11
 
@@ -45,6 +46,30 @@ class EnvoyAdmin:
     async def post(self, target: str, timeout: float = 2.0) -> tuple[int, str]:
         """``POST target`` (no body): ``(status, body)``."""
         return await self._collect("POST", target, timeout)
+
+    async def in_flight(self, tcp_listeners: Collection[str] = ()) -> int:
+        """HTTP requests in flight plus connections open on ``tcp_listeners`` (-1 if Envoy does not say).
+
+        ``tcp_listeners``: names (``ADDRESS:PORT``) of TCP listeners, whose
+        connections are the unit of work; the admin interface's own request
+        (this one) is not counted.
+        """
+        pattern = r"^http\..*\.downstream_rq_active$|^listener\..*\.downstream_cx_active$"
+        try:
+            code, body = await self.get("/stats?type=Gauges&filter=" + urllib.parse.quote(pattern))
+        except (OSError, TimeoutError):
+            return -1
+        if code != 200:
+            return -1
+        tcp = {"listener." + name.replace(":", "_") + ".downstream_cx_active" for name in tcp_listeners}
+        total = 0
+        for line in body.splitlines():
+            name, _, value = line.partition(": ")
+            if name == "http.admin.downstream_rq_active" or not value.strip().isdigit():
+                continue
+            if name.startswith("http.") or name in tcp:
+                total += int(value)
+        return total
 
     async def stream(
         self, target: str, feed: Callable[[bytes], None], *, timeout: float, max_bytes: int
