@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import datetime
 import gc
-import json
 import logging
 import math
 import os
@@ -33,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from weir import __version__, ir, runfolder
+from weir import __version__, envoy_watch, ir, runfolder
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
 from weir.envoy import EnvoyError, EnvoyProcess, ExitInfo, bootstrap, listener_bound
@@ -47,7 +46,7 @@ from weir.translate.incremental import Translator
 from weir.translate.status import DataPlaneState, apply_data_plane, attribute_rejection
 from weir.xds import accesslog
 from weir.xds.cache import BuildCache
-from weir.xds.server import AckResult, AckStatus, AdsServer
+from weir.xds.server import AckStatus, AdsServer
 from weir.xds.snapshot import CLUSTER, LISTENER, SECRET, Resource, Snapshot, snapshot_version
 
 log = logging.getLogger("weir.controller")
@@ -166,9 +165,10 @@ class Controller:
         self._published: tuple[Translation, DataPlaneState] | None = None
         #: When and why weir last restarted an Envoy that did not serve what it accepted.
         self.last_restore: tuple[float, str] | None = None
-        # Listeners Envoy could not bind are sent again after this long (see _retry_if_transient).
-        self._retry_delay = _RETRY_FIRST_S
-        self._retry_handle: asyncio.TimerHandle | None = None
+        # Listeners Envoy could not bind are sent again, with back-off (weir.envoy_watch).
+        self._listener_retry = envoy_watch.Backoff(
+            self._retry_rejected, envoy_watch.RETRY_FIRST_S, envoy_watch.RETRY_MAX_S
+        )
         self.ready = asyncio.Event()
         #: Set by :meth:`drain`: ``/ready`` says 503 and Envoy is left alone to finish.
         self.draining = False
@@ -268,9 +268,7 @@ class Controller:
 
     async def stop(self) -> None:
         """Stop everything this controller started, Envoy first."""
-        if self._retry_handle is not None:
-            self._retry_handle.cancel()
-            self._retry_handle = None
+        self._listener_retry.reset()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -309,9 +307,7 @@ class Controller:
         """
         started = time.monotonic()
         self.draining = True
-        if self._retry_handle is not None:
-            self._retry_handle.cancel()
-            self._retry_handle = None
+        self._listener_retry.reset()
         translation = self._current.translation
         tcp = [lst.name for lst in translation.ir.listeners if _is_tcp(lst)] if translation else []
         options = self._options
@@ -468,11 +464,10 @@ class Controller:
             # a connection to its backend for each probe. Envoy's list of active
             # listeners says whether it serves one (a socket that cannot be
             # bound makes Envoy reject the listener instead).
-            active = (
-                await self._active_listeners(self._ready_envoy())
-                if any(_is_tcp(lst) for lst in listeners)
-                else set()
-            )
+            ready = self._ready_envoy()
+            active: set[str] = set()
+            if ready is not None and any(_is_tcp(lst) for lst in listeners):
+                active = await envoy_watch.active_listeners(ready.admin)
             for listener in listeners:
                 if _is_tcp(listener):
                     ok = listener.name in active
@@ -484,7 +479,11 @@ class Controller:
         named, unusable = attribute_rejection(
             rejection, {lst.name: (lst.address, lst.port) for lst in listeners}
         )
-        retrying = result is not None and self._retry_if_transient(result)
+        retrying = result is not None and envoy_watch.transient_rejection(result)
+        if retrying:
+            self._listener_retry.schedule()
+        else:
+            self._listener_retry.reset()
         state = DataPlaneState(
             accepted=accepted and envoy_up,
             rejection=rejection,
@@ -535,42 +534,14 @@ class Controller:
         if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
             log.debug("retired clusters and secrets no route uses any more")
 
-    def _retry_if_transient(self, result: AckResult) -> bool:
-        """Schedule Envoy to be asked again for listeners it refused for a reason that may pass.
-
-        A port in use (``EADDRINUSE``) or an address not (yet) assigned to
-        the host (``EADDRNOTAVAIL``) is the host's state, not a fault of the
-        configuration: the listener is sent again after
-        :data:`_RETRY_FIRST_S`, doubling up to :data:`_RETRY_MAX_S`, until
-        Envoy accepts it. Returns whether a retry is under way.
-        """
-        transient = (
-            result.status is AckStatus.NACKED
-            and result.type_url == LISTENER
-            and any(cause in result.message.lower() for cause in _TRANSIENT_BIND_ERRORS)
-        )
-        if not transient:
-            self._retry_delay = _RETRY_FIRST_S
-            if self._retry_handle is not None:
-                self._retry_handle.cancel()
-                self._retry_handle = None
-            return False
-        if self._retry_handle is None:
-            delay = self._retry_delay
-            self._retry_delay = min(delay * 2, _RETRY_MAX_S)
-            log.info("asking Envoy again in %.1f s for the listeners it could not bind", delay)
-            self._retry_handle = asyncio.get_running_loop().call_later(delay, self._retry_rejected)
-        return True
-
     def _retry_rejected(self) -> None:
-        self._retry_handle = None
         if self._ads is not None:
             self._ads.retry_rejected()
 
     async def _check_serving_loop(self) -> None:
-        """Every :data:`_SERVING_CHECK_S`, check that each Envoy serves what it accepted; else restart it."""
+        """Every few seconds, check that each Envoy serves what it accepted; else restart it."""
         while True:
-            await asyncio.sleep(_SERVING_CHECK_S)
+            await asyncio.sleep(envoy_watch.SERVING_CHECK_S)
             for envoy in self.envoys:
                 if not envoy.ready or self.draining:
                     continue
@@ -592,49 +563,22 @@ class Controller:
                     log.error("restarting Envoy failed (supervision keeps trying): %s", exc)
 
     async def _not_serving(self, envoy: EnvoyProcess) -> str | None:
-        """What Envoy fails to serve of the listeners it ACKed, or ``None``.
+        """What ``envoy`` fails to serve of the listeners it ACKed (:func:`envoy_watch.not_serving`).
 
-        Two small admin reads: ``listener_manager.listener_stopped`` (Envoy's
-        listeners were stopped: ``POST /drain_listeners``, after which Envoy
-        also refuses every new listener) and the names of the listeners it
-        has, compared with those of the configuration it accepted. Nothing
-        is concluded while a change is pending or was rejected, nor when
-        Envoy does not answer (a crash is supervision's business).
+        Nothing is concluded while a change is pending or was rejected, nor
+        when the configuration changed during the check.
         """
         current = self._current
         snapshot = current.snapshot
         if snapshot is None or not current.state.accepted:
             return None
-        try:
-            code, body = await envoy.admin.get(r"/stats?filter=^listener_manager\.listener_stopped$")
-            stopped = int(body.rpartition(":")[2]) if code == 200 and body.strip() else 0
-        except (OSError, TimeoutError, ValueError, EnvoyError):
-            return None
-        if stopped:
-            return "its listeners were stopped through its admin interface (drain_listeners)"
-        active = await self._active_listeners(envoy)
+        problem = await envoy_watch.not_serving(envoy.admin, snapshot.of_type(LISTENER).keys())
         if current is not self._current or snapshot is not current.snapshot or not current.state.accepted:
-            return None  # the configuration changed meanwhile
-        missing = sorted(set(snapshot.of_type(LISTENER)) - active) if active else []
-        if missing:
-            return f"listeners {', '.join(missing)} are missing from Envoy's active listeners"
-        return None
+            return None
+        return problem
 
     def _ready_envoy(self) -> EnvoyProcess | None:
         return next((e for e in self.envoys if e.ready), None)
-
-    async def _active_listeners(self, envoy: EnvoyProcess | None) -> set[str]:
-        """Names of the listeners ``envoy`` is serving (admin ``/listeners``); empty if it does not answer."""
-        if envoy is None:
-            return set()
-        try:
-            code, body = await envoy.admin.get("/listeners?format=json")
-            if code != 200:
-                return set()
-            data = json.loads(body)
-            return {str(entry["name"]) for entry in data.get("listener_statuses", [])}
-        except (OSError, TimeoutError, ValueError, KeyError, TypeError, EnvoyError):
-            return set()
 
     def statuses(self) -> Mapping[ObjectKey, dict[str, Any]]:
         """The statuses currently published (with ``lastTransitionTime``)."""
@@ -704,15 +648,6 @@ def _is_tcp(listener: ir.AnyListener) -> bool:
     """Whether ``listener`` may relay connections (TCP, TLS), so that probing it could reach a backend."""
     return isinstance(listener, ir.TcpListener | ir.TlsListener)
 
-
-#: Why Envoy refuses a listener when the host's state, not the configuration, is at fault: the
-#: port is in use, or the address is not (yet) one of the host's (see Controller._retry_if_transient).
-_TRANSIENT_BIND_ERRORS = ("address already in use", "cannot assign requested address")
-#: How often Envoy's listeners are compared with what it accepted (two small admin reads).
-_SERVING_CHECK_S = 2.0
-#: First and longest wait before asking Envoy again for a listener it could not bind.
-_RETRY_FIRST_S = 0.5
-_RETRY_MAX_S = 5.0
 
 #: An apply that left this many new objects behind is frozen (see Controller._apply).
 _FREEZE_AFTER = 50_000
