@@ -22,20 +22,20 @@ import contextlib
 import datetime
 import gc
 import logging
-import math
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from weir import __version__, envoy_watch, ir, runfolder
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
-from weir.envoy import EnvoyError, EnvoyProcess, ExitInfo, bootstrap, listener_bound
+from weir.envoy import EnvoyProcess, ExitInfo, listener_bound
+from weir.envoys import Envoys, EnvoySettings
 from weir.heap import return_free_memory
 from weir.loader import Problem, gc_paused
 from weir.resources import Resources
@@ -148,8 +148,7 @@ class Controller:
         self._run_dir = ""
         self._lock: runfolder.RunLock | None = None
         self._ads: AdsServer | None = None
-        self._envoy: EnvoyProcess | None = None
-        self._standby: EnvoyProcess | None = None
+        self._envoys: Envoys | None = None
         self._admin: AdminServer | None = None
         self._settle = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -195,11 +194,19 @@ class Controller:
 
     @property
     def envoy(self) -> EnvoyProcess | None:
-        return self._envoy
+        """The (primary) Envoy process."""
+        return self._envoys.primary if self._envoys is not None else None
+
+    @property
+    def envoys(self) -> tuple[EnvoyProcess, ...]:
+        """Every Envoy process: the primary, and the standby if there is one."""
+        return self._envoys.all if self._envoys is not None else ()
+
+    def _envoy_up(self) -> bool:
+        return self._envoys is not None and self._envoys.up
 
     async def start(self) -> None:
         """Start every stage; returns once Envoy runs with the first configuration pushed."""
-        lasting = self._options.run_dir is not None
         try:
             if self._options.run_dir is not None:
                 self._run_dir = str(runfolder.prepare(self._options.run_dir))
@@ -226,45 +233,32 @@ class Controller:
             if isinstance(self._provider, ManagedProvider):
                 await self._provider.start()
             self._apply(self._provider.load())
-            self._envoy = self._new_envoy(self._options.node_id, runfolder.ENVOY_DIR, lasting)
-            await self._envoy.start()
-            if self._options.envoy_standby:
-                self._standby = self._new_envoy(
-                    self._options.node_id + "-standby", runfolder.ENVOY_DIR + "-standby", lasting
-                )
-                await self._standby.start()
+            options = self._options
+            envoys = self._envoys = Envoys(
+                self._run_dir,
+                EnvoySettings(
+                    node_id=options.node_id,
+                    log_level=options.envoy_log_level,
+                    concurrency=options.envoy_concurrency,
+                    ready_timeout_s=options.envoy_ready_timeout_s,
+                    shutdown_delay_s=options.shutdown_delay_s,
+                    access_log_to_stdout=options.envoy_access_log_to_stdout,
+                    standby=options.envoy_standby,
+                    lasting=options.run_dir is not None,
+                ),
+                on_ready=self._on_envoy_ready,
+                on_exit=self._on_envoy_exit,
+            )
+            await envoys.start()
+            checking = envoys.check_serving(self._accepted_listeners, self._on_restore)
             self._tasks = [
                 asyncio.create_task(self._watch(), name="weir-watch"),
                 asyncio.create_task(self._settle_loop(), name="weir-settle"),
-                asyncio.create_task(self._check_serving_loop(), name="weir-check-serving"),
+                asyncio.create_task(checking, name="weir-check-serving"),
             ]
         except BaseException:
             await self.stop()
             raise
-
-    def _new_envoy(self, node_id: str, folder: str, lasting: bool) -> EnvoyProcess:
-        config = bootstrap(node_id=node_id, ads_socket=os.path.join(self._run_dir, runfolder.XDS_SOCKET))
-        return EnvoyProcess(
-            config,
-            run_dir=os.path.join(self._run_dir, folder),
-            log_level=self._options.envoy_log_level,
-            concurrency=self._options.envoy_concurrency,
-            ready_timeout=self._options.envoy_ready_timeout_s,
-            # Envoy's drain time is how long its listeners accept while draining (see drain()).
-            drain_time_s=max(1, math.ceil(self._options.shutdown_delay_s)),
-            access_log_to_stdout=self._options.envoy_access_log_to_stdout,
-            on_ready=self._on_envoy_ready,
-            on_exit=self._on_envoy_exit,
-            outlive_parent=lasting,
-        )
-
-    @property
-    def envoys(self) -> tuple[EnvoyProcess, ...]:
-        """Every Envoy process: the primary, and the standby if there is one."""
-        return tuple(e for e in (self._envoy, self._standby) if e is not None)
-
-    def _envoy_up(self) -> bool:
-        return any(e.ready for e in self.envoys)
 
     async def stop(self) -> None:
         """Stop everything this controller started, Envoy first."""
@@ -277,8 +271,8 @@ class Controller:
         self._tasks = []
         if isinstance(self._provider, ManagedProvider):
             await self._provider.stop()
-        for envoy in self.envoys:
-            await envoy.stop()
+        if self._envoys is not None:
+            await self._envoys.stop()
         if self._admin is not None:
             await self._admin.stop()
             self._admin = None
@@ -308,18 +302,15 @@ class Controller:
         started = time.monotonic()
         self.draining = True
         self._listener_retry.reset()
+        if self._envoys is None:
+            return
         translation = self._current.translation
         tcp = [lst.name for lst in translation.ir.listeners if _is_tcp(lst)] if translation else []
         options = self._options
-        await asyncio.gather(
-            *(
-                envoy.drain(
-                    accept_for=min(options.shutdown_delay_s, options.drain_timeout_s),
-                    deadline=started + options.drain_timeout_s,
-                    tcp_listeners=tcp,
-                )
-                for envoy in self.envoys
-            )
+        await self._envoys.drain(
+            accept_for=min(options.shutdown_delay_s, options.drain_timeout_s),
+            deadline=started + options.drain_timeout_s,
+            tcp_listeners=tcp,
         )
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -464,7 +455,7 @@ class Controller:
             # a connection to its backend for each probe. Envoy's list of active
             # listeners says whether it serves one (a socket that cannot be
             # bound makes Envoy reject the listener instead).
-            ready = self._ready_envoy()
+            ready = self._envoys.ready_one() if self._envoys is not None else None
             active: set[str] = set()
             if ready is not None and any(_is_tcp(lst) for lst in listeners):
                 active = await envoy_watch.active_listeners(ready.admin)
@@ -538,47 +529,18 @@ class Controller:
         if self._ads is not None:
             self._ads.retry_rejected()
 
-    async def _check_serving_loop(self) -> None:
-        """Every few seconds, check that each Envoy serves what it accepted; else restart it."""
-        while True:
-            await asyncio.sleep(envoy_watch.SERVING_CHECK_S)
-            for envoy in self.envoys:
-                if not envoy.ready or self.draining:
-                    continue
-                problem = await self._not_serving(envoy)
-                if problem is None or not envoy.ready or self.draining:
-                    continue
-                log.error(
-                    "Envoy (pid %s) does not serve the configuration it accepted (%s): restarting it",
-                    envoy.pid,
-                    problem,
-                )
-                self.last_restore = (time.time(), problem)
-                if not any(e.ready for e in self.envoys if e is not envoy):
-                    self._current.state = DataPlaneState()
-                    self._settle.set()
-                try:
-                    await envoy.restart("not_serving", problem)
-                except EnvoyError as exc:
-                    log.error("restarting Envoy failed (supervision keeps trying): %s", exc)
-
-    async def _not_serving(self, envoy: EnvoyProcess) -> str | None:
-        """What ``envoy`` fails to serve of the listeners it ACKed (:func:`envoy_watch.not_serving`).
-
-        Nothing is concluded while a change is pending or was rejected, nor
-        when the configuration changed during the check.
-        """
-        current = self._current
-        snapshot = current.snapshot
-        if snapshot is None or not current.state.accepted:
+    def _accepted_listeners(self) -> Collection[str] | None:
+        """Names of the listeners Envoy ACKed in the configuration being served (``None`` if not ACKed)."""
+        snapshot = self._current.snapshot
+        if snapshot is None or not self._current.state.accepted:
             return None
-        problem = await envoy_watch.not_serving(envoy.admin, snapshot.of_type(LISTENER).keys())
-        if current is not self._current or snapshot is not current.snapshot or not current.state.accepted:
-            return None
-        return problem
+        return snapshot.of_type(LISTENER)
 
-    def _ready_envoy(self) -> EnvoyProcess | None:
-        return next((e for e in self.envoys if e.ready), None)
+    def _on_restore(self, envoy: EnvoyProcess, problem: str) -> None:
+        self.last_restore = (time.time(), problem)
+        if not any(e.ready for e in self.envoys if e is not envoy):
+            self._current.state = DataPlaneState()
+            self._settle.set()
 
     def statuses(self) -> Mapping[ObjectKey, dict[str, Any]]:
         """The statuses currently published (with ``lastTransitionTime``)."""
@@ -602,7 +564,8 @@ class Controller:
 
     def _status_view(self) -> tuple[int, Any]:
         current = self._current
-        envoy_proc = self._envoy
+        envoy_proc = self.envoy
+        standby = self._envoys.standby if self._envoys is not None else None
         objects = [
             {
                 "kind": key.kind,
@@ -619,7 +582,7 @@ class Controller:
                 "envoyAdmin": envoy_proc.admin_socket if envoy_proc else None,
                 "envoyRestarts": envoy_proc.restarts if envoy_proc else 0,
                 "envoyRestartReasons": dict(envoy_proc.restart_reasons) if envoy_proc else {},
-                "standbyEnvoyPid": self._standby.pid if self._standby else None,
+                "standbyEnvoyPid": standby.pid if standby else None,
                 "lastRestore": (
                     {"at": _rfc3339(self.last_restore[0]), "reason": self.last_restore[1]}
                     if self.last_restore
