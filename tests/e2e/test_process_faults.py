@@ -216,14 +216,28 @@ spec:
 # --------------------------------------------------------------------------
 
 
+def envoys_of(run_dir: Path) -> list[int]:
+    """Envoy processes running on ``run_dir``'s bootstrap."""
+    config = str(run_dir / "envoy" / "envoy.json").encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+                if config in words and Path(os.fsdecode(words[0])).name == "envoy":
+                    found.append(int(entry.name))
+    return found
+
+
 class WeirRun:
     """``weir run`` as a subprocess (signals are the point), on a folder of manifests."""
 
-    def __init__(self, folder: Path, gateway_port: int, *args: str) -> None:
+    def __init__(self, folder: Path, gateway_port: int, run_dir: Path, *args: str) -> None:
         self.folder = folder
         self.gateway_port = gateway_port
         self.admin_port = free_port()
-        self.args = args
+        self.run_dir = run_dir
+        self.args = ("--run-dir", str(run_dir), *args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = folder.parent / "weir.log"
 
@@ -261,10 +275,18 @@ class WeirRun:
         return int((await self.admin("/status")).json()["dataPlane"]["envoyPid"])
 
     def stop(self) -> None:
-        """Kill what is left (a test that passed stopped weir itself)."""
+        """Stop what is left (a test that passed stopped weir itself): SIGTERM, else SIGKILL, and
+        then any Envoy still running on the run folder (a killed weir leaves it serving)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signal.SIGINT)  # a second signal: no drain
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in envoys_of(self.run_dir):
+            os.kill(pid, signal.SIGKILL)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -300,10 +322,12 @@ def manifests(tmp_path: Path) -> Path:
     return folder
 
 
-async def test_sigterm_lets_requests_in_flight_complete(manifests: Path, echo: EchoHttpServer) -> None:
+async def test_sigterm_lets_requests_in_flight_complete(
+    manifests: Path, echo: EchoHttpServer, short_tmp: Path
+) -> None:
     """Before: 20 requests in flight (2 s each) were all cut at SIGTERM; weir exited 0.28 s after it.
     Now /ready fails at once, new connections are refused, the 20 complete, then weir exits."""
-    weir = WeirRun(manifests, free_port(), "--drain-timeout", "6")
+    weir = WeirRun(manifests, free_port(), short_tmp / "run", "--drain-timeout", "6")
     (manifests / "web.yaml").write_text(web(weir.gateway_port, echo))
     weir.start()
     try:
@@ -332,10 +356,12 @@ async def test_sigterm_lets_requests_in_flight_complete(manifests: Path, echo: E
     assert not pid_alive(envoy)
 
 
-async def test_shutdown_delay_keeps_accepting_then_stops(manifests: Path, echo: EchoHttpServer) -> None:
+async def test_shutdown_delay_keeps_accepting_then_stops(
+    manifests: Path, echo: EchoHttpServer, short_tmp: Path
+) -> None:
     """With --shutdown-delay (Kubernetes, instead of a preStop sleep), new connections are still
     served for that long after SIGTERM, each told to close; weir then stops."""
-    weir = WeirRun(manifests, free_port(), "--drain-timeout", "5", "--shutdown-delay", "2")
+    weir = WeirRun(manifests, free_port(), short_tmp / "run", "--drain-timeout", "5", "--shutdown-delay", "2")
     (manifests / "web.yaml").write_text(web(weir.gateway_port, echo))
     weir.start()
     try:
@@ -399,19 +425,6 @@ class Load:
             task.cancel()
 
 
-def envoys_of(run_dir: Path) -> list[int]:
-    """Envoy processes running on ``run_dir``'s bootstrap."""
-    config = str(run_dir / "envoy" / "envoy.json").encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                words = (entry / "cmdline").read_bytes().split(b"\0")
-                if config in words and Path(os.fsdecode(words[0])).name == "envoy":
-                    found.append(int(entry.name))
-    return found
-
-
 async def test_sigkill_of_weir_drops_no_traffic_and_the_next_weir_adopts_envoy(
     manifests: Path, echo: EchoHttpServer, short_tmp: Path
 ) -> None:
@@ -421,8 +434,8 @@ async def test_sigkill_of_weir_drops_no_traffic_and_the_next_weir_adopts_envoy(
     run_dir = short_tmp / "run"
     gateway_port = free_port()
     (manifests / "web.yaml").write_text(web(gateway_port, echo))
-    first = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
-    second = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
+    first = WeirRun(manifests, gateway_port, run_dir)
+    second = WeirRun(manifests, gateway_port, run_dir)
     second.admin_port = first.admin_port
     try:
         first.start()
@@ -464,8 +477,6 @@ async def test_sigkill_of_weir_drops_no_traffic_and_the_next_weir_adopts_envoy(
     finally:
         first.stop()
         second.stop()
-        for pid in envoys_of(run_dir):
-            os.kill(pid, signal.SIGKILL)
 
 
 async def test_a_weir_started_differently_replaces_the_envoy_left_running(
@@ -476,8 +487,8 @@ async def test_a_weir_started_differently_replaces_the_envoy_left_running(
     run_dir = short_tmp / "run"
     gateway_port = free_port()
     (manifests / "web.yaml").write_text(web(gateway_port, echo))
-    first = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir))
-    second = WeirRun(manifests, gateway_port, "--run-dir", str(run_dir), "--envoy-log-level", "info")
+    first = WeirRun(manifests, gateway_port, run_dir)
+    second = WeirRun(manifests, gateway_port, run_dir, "--envoy-log-level", "info")
     try:
         first.start()
         await eventually(first.ready, timeout=30, interval=0.1)
@@ -496,8 +507,6 @@ async def test_a_weir_started_differently_replaces_the_envoy_left_running(
     finally:
         first.stop()
         second.stop()
-        for pid in envoys_of(run_dir):
-            os.kill(pid, signal.SIGKILL)
 
 
 # --------------------------------------------------------------------------
@@ -506,13 +515,13 @@ async def test_a_weir_started_differently_replaces_the_envoy_left_running(
 
 
 async def test_with_a_standby_a_crash_of_envoy_costs_only_the_requests_in_flight_on_it(
-    manifests: Path, echo: EchoHttpServer
+    manifests: Path, echo: EchoHttpServer, short_tmp: Path
 ) -> None:
     """Before: SIGKILL of Envoy under load refused every connection until a new Envoy had started
     and taken its configuration (0.08-0.14 s, 24-154 of ~1,800 requests failed; bench/envoy_crash.py).
     With --envoy-standby a second Envoy listens on the same port: only requests in flight on the
     killed one fail, at most one per client loop."""
-    weir = WeirRun(manifests, free_port(), "--envoy-standby")
+    weir = WeirRun(manifests, free_port(), short_tmp / "run", "--envoy-standby")
     (manifests / "web.yaml").write_text(web(weir.gateway_port, echo))
     weir.start()
     try:
@@ -535,5 +544,9 @@ async def test_with_a_standby_a_crash_of_envoy_costs_only_the_requests_in_flight
             metrics = (await client.get(f"http://127.0.0.1:{weir.admin_port}/metrics")).text
         assert 'weir_envoy_restarts_total{reason="exited"} 1' in metrics
         assert "weir_envoy_stats_up 1" in metrics
+        assert weir.proc is not None
+        weir.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(weir.proc.wait, 15) == 0
+        assert envoys_of(weir.run_dir) == [], "a clean stop stops both Envoys"
     finally:
         weir.stop()
