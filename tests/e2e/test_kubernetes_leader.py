@@ -260,8 +260,10 @@ async def test_one_leader_writes_status_and_a_killed_leader_is_replaced_within_t
         finally:
             for replica in replicas.values():
                 replica.stop()
-            if leader is not None and leader.envoy_pid is not None and pid_alive(leader.envoy_pid):
-                os.kill(leader.envoy_pid, signal.SIGKILL)  # no weir adopted it
+            orphan = leader.envoy_pid if leader is not None else None
+            if orphan is not None and pid_alive(orphan):
+                os.kill(orphan, signal.SIGKILL)  # no weir adopted it; not our child: init reaps it
+                await eventually(lambda: not pid_alive(orphan), timeout=5)
         for replica in replicas.values():
             assert replica.envoy_pid is None or not pid_alive(replica.envoy_pid)
         # The survivor stopped cleanly and handed the Lease back.
