@@ -271,6 +271,7 @@ class Controller:
         self._tasks = []
         if isinstance(self._provider, ManagedProvider):
             await self._provider.stop()
+        took_charge = self._envoys is not None
         if self._envoys is not None:
             await self._envoys.stop()
         if self._admin is not None:
@@ -279,9 +280,10 @@ class Controller:
         if self._ads is not None:
             await self._ads.stop()
             self._ads = None
-        if self._run_dir and (self._lock is not None or self._options.run_dir is None):
-            # Envoy is stopped: nothing is left for a next weir to adopt. (A lasting folder stays
-            # only when weir dies without stopping; then its Envoy still serves.)
+        if self._run_dir and (self._options.run_dir is None or (self._lock is not None and took_charge)):
+            # Envoy is stopped: nothing is left for a next weir to adopt. A lasting folder stays when
+            # weir dies without stopping, or stops before it took charge of Envoy (a start that
+            # failed, say, to reach the API server): an Envoy an earlier weir left there still serves.
             shutil.rmtree(self._run_dir, ignore_errors=True)
         if self._lock is not None:
             self._lock.release()

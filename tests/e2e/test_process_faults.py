@@ -550,3 +550,39 @@ async def test_with_a_standby_a_crash_of_envoy_costs_only_the_requests_in_flight
         assert envoys_of(weir.run_dir) == [], "a clean stop stops both Envoys"
     finally:
         weir.stop()
+
+
+async def test_a_weir_that_fails_to_start_leaves_the_envoy_serving_for_the_next(
+    manifests: Path, echo: EchoHttpServer, short_tmp: Path
+) -> None:
+    """A restarted weir that fails before it takes charge of Envoy (here its admin port is taken)
+    must not remove the run folder: the Envoy left there still serves, and a later weir adopts it."""
+    run_dir = short_tmp / "run"
+    gateway_port = free_port()
+    (manifests / "web.yaml").write_text(web(gateway_port, echo))
+    first = WeirRun(manifests, gateway_port, run_dir)
+    failing = WeirRun(manifests, gateway_port, run_dir)
+    third = WeirRun(manifests, gateway_port, run_dir)
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", failing.admin_port))
+    blocker.listen()
+    try:
+        first.start()
+        await eventually(first.ready, timeout=30, interval=0.1)
+        envoy = await first.envoy_pid()
+        assert first.proc is not None
+        first.proc.kill()
+        first.proc.wait()
+        failing.start()
+        assert failing.proc is not None
+        assert await asyncio.to_thread(failing.proc.wait, 30) != 0
+        assert pid_alive(envoy) and await answers(first.url("/"))
+        assert (run_dir / "envoy" / "envoy.pid").exists()
+        third.start()
+        await eventually(third.ready, timeout=30, interval=0.1)
+        assert await third.envoy_pid() == envoy and envoys_of(run_dir) == [envoy]
+    finally:
+        blocker.close()
+        first.stop()
+        failing.stop()
+        third.stop()
