@@ -319,9 +319,9 @@ class EnvoyProcess:
         """Let Envoy finish what it has before it is stopped; the requests still in flight at the end.
 
         Envoy's listeners stop accepting at once, or with ``accept_for`` > 0
-        after that many seconds (Envoy's drain time, ``drain_time_s``; set it
-        to match), during which every new connection is still served, as
-        load balancers stop sending them. From the start every response
+        after Envoy's drain time (``drain_time_s``, which the caller sets to
+        at least ``accept_for``), during which every new connection is still
+        served, as load balancers stop sending them. From the start every response
         says ``Connection: close`` (HTTP/1.1) and HTTP/2 connections get a
         GOAWAY (the drain strategy is ``immediate``), so clients move
         elsewhere. Then this waits until no request is in flight (and no
@@ -338,10 +338,12 @@ class EnvoyProcess:
         except (OSError, TimeoutError) as exc:
             log.warning("cannot tell Envoy to drain (%s); stopping it", exc)
             return 0
-        accepting_until = start + accept_for
+        accepting_until = start + (max(accept_for, self.drain_time_s) if accept_for > 0 else 0.0)
         log.info(
             "draining Envoy: %s; waiting up to %.1f s for requests in flight",
-            f"accepting new connections for {accept_for:g} s" if accept_for > 0 else "no new connections",
+            f"accepting new connections for {accepting_until - start:g} s"
+            if accept_for > 0
+            else "no new connections",
             max(0.0, deadline - start),
         )
         left = 0
