@@ -270,9 +270,9 @@ def run(
         float,
         typer.Option(
             min=0,
-            help="Graceful stop: seconds Envoy keeps accepting new connections after the signal (while "
-            "/ready answers 503), so that load balancers stop sending them first; at most "
-            "--drain-timeout. Replaces a preStop sleep in Kubernetes.",
+            help="Graceful stop: seconds (rounded up to whole seconds) Envoy keeps accepting new connections "
+            "after the signal (while /ready answers 503), so that load balancers stop sending them first; "
+            "at most --drain-timeout. Replaces a preStop sleep in Kubernetes.",
         ),
     ] = 0.0,
     envoy_standby: Annotated[

@@ -63,9 +63,10 @@ class Envoys:
                 log_level=settings.log_level,
                 concurrency=settings.concurrency,
                 ready_timeout=settings.ready_timeout_s,
-                # Envoy's drain time: how long listeners keep accepting in a graceful stop, and how
-                # long a changed listener's old connections may finish (at least the 2 s it was).
-                drain_time_s=max(2, math.ceil(settings.shutdown_delay_s)),
+                # Envoy's drain time: how long listeners keep accepting in a graceful stop (whole
+                # seconds), and how long a changed listener's old connections may finish (2 s unless
+                # a shutdown delay says otherwise).
+                drain_time_s=math.ceil(settings.shutdown_delay_s) if settings.shutdown_delay_s > 0 else 2,
                 access_log_to_stdout=settings.access_log_to_stdout,
                 on_ready=on_ready,
                 on_exit=on_exit,
