@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -582,8 +583,9 @@ class Controller:
             "dataPlane": {
                 "envoyPid": envoy_proc.pid if envoy_proc else None,
                 "envoyAdmin": envoy_proc.admin_socket if envoy_proc else None,
-                "envoyRestarts": envoy_proc.restarts if envoy_proc else 0,
-                "envoyRestartReasons": dict(envoy_proc.restart_reasons) if envoy_proc else {},
+                # Restarts of every Envoy (the standby's too), by reason.
+                "envoyRestarts": sum(e.restarts for e in self.envoys),
+                "envoyRestartReasons": dict(sum((e.restart_reasons for e in self.envoys), Counter())),
                 "standbyEnvoyPid": standby.pid if standby else None,
                 "lastRestore": (
                     {"at": _rfc3339(self.last_restore[0]), "reason": self.last_restore[1]}
