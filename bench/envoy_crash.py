@@ -45,26 +45,24 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from controlplane import gateway_yaml
+
 from weir.testkit import EchoHttpServer, EchoIdentity, free_port
 
-MANIFESTS = """\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: weir}}
-spec: {{controllerName: weir.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: default}}
-spec:
-  gatewayClassName: weir
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+
+def manifests(port: int, backend: int) -> str:
+    """The benchmark's Gateway (``bench``, one listener on ``port``) and one route to a Service."""
+    return (
+        gateway_yaml([port])
+        + f"""\
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: web, namespace: default}}
 spec:
-  parentRefs: [{{name: gw}}]
+  parentRefs: [{{name: bench}}]
   rules: [{{backendRefs: [{{name: echo, port: {backend}}}]}}]
 ---
 apiVersion: v1
@@ -79,6 +77,7 @@ addressType: IPv4
 ports: [{{name: http, port: {backend}}}]
 endpoints: [{{addresses: [127.0.0.1]}}]
 """
+    )
 
 
 class Load:
@@ -190,7 +189,7 @@ async def main() -> None:
     try:
         async with EchoHttpServer(EchoIdentity("default", "echo-0", "echo")) as echo:
             (work / "m").mkdir()
-            (work / "m" / "web.yaml").write_text(MANIFESTS.format(port=gateway_port, backend=echo.port))
+            (work / "m" / "web.yaml").write_text(manifests(gateway_port, echo.port))
             url = f"http://127.0.0.1:{gateway_port}/"
             rows = []
             for i in range(args.rounds):
