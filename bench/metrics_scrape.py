@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from controlplane import (
@@ -97,10 +99,18 @@ class LoopProbe(threading.Thread):
         return self.latencies
 
 
-def envoy_admin_port(weir_admin: int) -> int:
+def envoy_admin_socket(weir_admin: int) -> str:
+    """Path of Envoy's admin socket (weir status: dataPlane.envoyAdmin)."""
     _, body, _ = get(weir_admin, "/status")
-    url = json.loads(body)["dataPlane"]["envoyAdmin"]
-    return int(url.rsplit(":", 1)[1])
+    return str(json.loads(body)["dataPlane"]["envoyAdmin"])
+
+
+def get_envoy(socket_path: str, path: str, timeout: float = 30.0) -> tuple[int, bytes, float]:
+    """``(status, body, seconds)`` of one GET from Envoy's admin unix socket."""
+    started = time.perf_counter()
+    with httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), timeout=timeout) as client:
+        response = client.get("http://envoy" + path)
+    return response.status_code, response.content, time.perf_counter() - started
 
 
 def fetch_value(page: str, name: str) -> float:
@@ -138,7 +148,7 @@ def run_one(n: int, scrapes: int, workdir: Path) -> dict[str, Any]:
                 raise RuntimeError(f"weir did not become ready (see {workdir}/weir-{n}.log)")
             time.sleep(0.2)
         ready_s = time.monotonic() - started
-        envoy_port = envoy_admin_port(admin_port)
+        envoy_socket = envoy_admin_socket(admin_port)
         envoy_pid = int(json.loads(get(admin_port, "/status")[1])["dataPlane"]["envoyPid"])
         wait_idle([weir.pid, envoy_pid], timeout=120)
 
@@ -173,7 +183,7 @@ def run_one(n: int, scrapes: int, workdir: Path) -> dict[str, Any]:
                     "fetch_s": fetch_value(page, "weir_envoy_stats_fetch_duration_seconds"),
                 }
             )
-        envoy_full = get(envoy_port, "/stats/prometheus")
+        envoy_full = get_envoy(envoy_socket, "/stats/prometheus")
         samples = sum(1 for line in page.splitlines() if line and not line.startswith("#"))
 
         def p(key: str, q: float) -> float:

@@ -1,19 +1,21 @@
 """Envoy's bootstrap: the static part of its configuration.
 
 Everything else arrives over ADS from weir's unix socket. The bootstrap only
-says who Envoy is, where its admin interface binds (loopback only), how to
+says who Envoy is, where its admin interface listens (a unix socket only:
+:func:`with_admin_socket`, :mod:`weir.envoy_admin`), how to
 reach the ADS server (incremental "delta" ADS, :mod:`weir.xds.server`), and
 which statistics Envoy keeps (:data:`STATS_KEPT`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from weir.runfolder import unix_socket_path
 
 #: Name of the static cluster through which Envoy reaches the ADS server.
 XDS_CLUSTER = "weir-xds"
@@ -66,6 +68,9 @@ STATS_KEPT: tuple[tuple[str, str], ...] = (
     ("suffix", ".ssl.fail_verify_san"),
     ("suffix", ".ssl.fail_verify_no_cert"),
     ("suffix", ".ssl.fail_verify_cert_hash"),
+    # What a graceful stop waits for (weir.envoy.EnvoyProcess.drain).
+    ("suffix", ".downstream_rq_active"),
+    ("suffix", ".downstream_cx_active"),
     *(("suffix", f".downstream_rq_{c}") for c in _CODE_CLASSES),
     ("prefix", "server."),
     ("prefix", "cluster_manager."),
@@ -96,8 +101,6 @@ def bootstrap(
     *,
     node_id: str,
     ads_socket: str,
-    admin_address: str = "127.0.0.1",
-    admin_port: int = 0,
     cluster: str = "weir",
     max_downstream_connections: int = 50_000,
     ads_retry_base_s: float = 0.1,
@@ -107,19 +110,14 @@ def bootstrap(
 ) -> dict[str, Any]:
     """Envoy's bootstrap: everything comes over ADS from ``ads_socket``.
 
-    The admin interface binds ``admin_address``, which must be a loopback
-    address; port 0 picks a free port (see :attr:`EnvoyProcess.admin_url`).
+    It has no admin interface: :class:`weir.envoy.EnvoyProcess` adds one on
+    a unix socket in its run folder (:func:`with_admin_socket`).
     ``runtime`` becomes a static runtime layer. ``stats`` says which
     statistics Envoy keeps (see :data:`STATS_KEPT`).
     """
-    if not ipaddress.ip_address(admin_address).is_loopback:
-        raise ValueError(f"admin must bind a loopback address, not {admin_address!r}")
-    if not 0 <= admin_port <= 65535:
-        raise ValueError(f"invalid admin port {admin_port}")
     ads_source = {"ads": {}, "resource_api_version": "V3"}
     config: dict[str, Any] = {
         "node": {"id": node_id, "cluster": cluster},
-        "admin": {"address": {"socket_address": {"address": admin_address, "port_value": admin_port}}},
         "dynamic_resources": {
             "ads_config": {
                 # Incremental: an edit sends what changed, not every resource of its type.
@@ -196,11 +194,30 @@ def bootstrap(
     return config
 
 
+#: Envoy's admin socket may be opened by its owner only (``chmod 0600``).
+ADMIN_SOCKET_MODE = 0o600
+
+
+def with_admin_socket(config: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """``config`` with Envoy's admin interface on the unix socket ``path`` (mode 0600), and only there.
+
+    Never TCP: any local process could then stop every listener
+    (``POST /drain_listeners``) or read the configuration.
+    """
+    pipe = {"path": unix_socket_path(path), "mode": ADMIN_SOCKET_MODE}
+    return {**config, "admin": {"address": {"pipe": pipe}}}
+
+
+def bootstrap_text(config: Mapping[str, Any]) -> str:
+    """The bootstrap file's content for ``config`` (JSON, which Envoy reads as YAML)."""
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
 def write_bootstrap(config: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``config`` as JSON (which Envoy reads as YAML) and return its path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(bootstrap_text(config))
     tmp.replace(target)
     return target

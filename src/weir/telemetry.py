@@ -52,7 +52,7 @@ They are counters of the Envoy process: when weir restarts Envoy they start
 again from 0, which Prometheus reads as a counter reset.
 
 Fetching them never stalls the control plane: the response is parsed as it
-streams in, a chunk (:data:`_READ_SIZE`) per turn of the event loop, with a
+streams in, a chunk (:data:`weir.envoy_admin.READ_SIZE`) per turn of the event loop, with a
 deadline (:data:`ENVOY_STATS_TIMEOUT_S`) and a size bound
 (:data:`ENVOY_STATS_MAX_BYTES`); scrapes within :data:`ENVOY_STATS_TTL_S` of
 each other share one fetch; the page is built and rendered a slice at a time.
@@ -65,7 +65,7 @@ has everything else, and ``weir_envoy_stats_up`` is 0.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import logging
 import time
 import urllib.parse
@@ -73,12 +73,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import h11
-
 from weir import __version__
 from weir.admin import Text
 from weir.api.meta import ObjectKey
 from weir.envoy import EnvoyProcess
+from weir.envoy_admin import EnvoyAdmin
 from weir.loader import Problem
 from weir.metrics import (
     CONTENT_TYPE,
@@ -171,9 +170,6 @@ ENVOY_STATS_TTL_S = 1.0
 ENVOY_STATS_TIMEOUT_S = 3.0
 #: Give up on Envoy's stats past this size (about 400,000 stats as filtered).
 ENVOY_STATS_MAX_BYTES = 64 * 1024 * 1024
-#: Envoy's stats are parsed this much at a time between turns of the event loop (~400 lines,
-#: about a millisecond).
-_READ_SIZE = 16 * 1024
 
 
 def _backend(cluster: str) -> tuple[str, str, str] | None:
@@ -288,56 +284,25 @@ class _StatsParser:
 
 
 async def fetch_envoy_stats(
-    admin_url: str,
+    admin: EnvoyAdmin,
     names: StatNames,
     *,
     timeout: float = ENVOY_STATS_TIMEOUT_S,
     max_bytes: int = ENVOY_STATS_MAX_BYTES,
 ) -> EnvoyStats:
-    """Envoy's stats listed in :data:`ENVOY_STATS_USED`, from its admin interface at ``admin_url``.
+    """Envoy's stats listed in :data:`ENVOY_STATS_USED`, from its admin interface ``admin``.
 
     ``names`` says which clusters and sockets are weir's backends and Gateway
     sockets. The response is parsed as it arrives; never raises (a failure is
     in :attr:`EnvoyStats.error`).
     """
     started = time.perf_counter()
-    parsed = urllib.parse.urlsplit(admin_url)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
     # Counters only: Envoy then walks none of its gauges and histograms (a third less of its time).
     target = "/stats?type=Counters&filter=" + urllib.parse.quote(_FILTER, safe="")
     parser = _StatsParser(names)
-    conn = h11.Connection(h11.CLIENT)
-    received = 0
     try:
-        async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port)
-            try:
-                request = h11.Request(
-                    method="GET", target=target, headers=[("host", host), ("connection", "close")]
-                )
-                writer.write(conn.send(request) + conn.send(h11.EndOfMessage()))
-                await writer.drain()
-                while True:
-                    event = conn.next_event()
-                    if event is h11.NEED_DATA:
-                        conn.receive_data(await reader.read(_READ_SIZE))
-                    elif isinstance(event, h11.Response):
-                        if event.status_code != 200:
-                            raise OSError(f"Envoy's admin answered {event.status_code}")
-                    elif isinstance(event, h11.Data):
-                        received += len(event.data)
-                        if received > max_bytes:
-                            raise OSError(f"Envoy's stats exceed {max_bytes} bytes")
-                        parser.feed(bytes(event.data))
-                        # A read of data already buffered does not give the loop a turn: give it one.
-                        await asyncio.sleep(0)
-                    elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                        break
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-    except (OSError, TimeoutError, h11.ProtocolError) as exc:
+        await admin.stream(target, parser.feed, timeout=timeout, max_bytes=max_bytes)
+    except (OSError, TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, TimeoutError):
             reason = f"no complete answer within {timeout:g} s"
@@ -351,24 +316,24 @@ class EnvoyStatsCache:
 
     def __init__(self, ttl: float = ENVOY_STATS_TTL_S) -> None:
         self._ttl = ttl
-        self._last: tuple[float, str, EnvoyStats] | None = None
+        self._last: tuple[float, EnvoyAdmin, EnvoyStats] | None = None
         self._pending: asyncio.Task[EnvoyStats] | None = None
 
-    async def get(self, admin_url: str, names: StatNames) -> EnvoyStats:
+    async def get(self, admin: EnvoyAdmin, names: StatNames) -> EnvoyStats:
         now = time.monotonic()
         last = self._last
-        if last is not None and last[1] == admin_url and now - last[0] < self._ttl:
+        if last is not None and last[1] is admin and now - last[0] < self._ttl:
             return last[2]
         if self._pending is None:
-            self._pending = asyncio.create_task(self._fetch(admin_url, names))
+            self._pending = asyncio.create_task(self._fetch(admin, names))
         return await asyncio.shield(self._pending)
 
-    async def _fetch(self, admin_url: str, names: StatNames) -> EnvoyStats:
+    async def _fetch(self, admin: EnvoyAdmin, names: StatNames) -> EnvoyStats:
         try:
-            stats = await fetch_envoy_stats(admin_url, names)
+            stats = await fetch_envoy_stats(admin, names)
             if stats.error:
-                log.warning("cannot read Envoy's stats from %s: %s", admin_url, stats.error)
-            self._last = (time.monotonic(), admin_url, stats)
+                log.warning("cannot read Envoy's stats from %s: %s", admin.path, stats.error)
+            self._last = (time.monotonic(), admin, stats)
             return stats
         finally:
             self._pending = None
@@ -427,8 +392,8 @@ class Sources:
     statuses: Callable[[], Mapping[ObjectKey, Mapping[str, Any]]]
     #: The translation being served, if any.
     translation: Callable[[], Translation | None]
-    #: The Envoy process, if started.
-    envoy: Callable[[], EnvoyProcess | None]
+    #: The Envoy processes (a standby too, if there is one); their stats are summed.
+    envoys: Callable[[], Sequence[EnvoyProcess]]
     #: The ADS server's counters, if it runs.
     xds: Callable[[], XdsCounters | None]
     #: Whether Envoy accepted the configuration being served.
@@ -452,7 +417,8 @@ class Telemetry:
     def __init__(self, sources: Sources, collectors: Iterable[Collector] = ()) -> None:
         self._sources = sources
         self._collectors = list(collectors)
-        self._envoy_stats = EnvoyStatsCache()
+        #: One cache per Envoy (by admin socket).
+        self._envoy_stats: dict[str, EnvoyStatsCache] = {}
         self.translations = Counter(
             "weir_translations_total",
             "Configurations translated (a provider snapshot: translation and xDS build).",
@@ -505,14 +471,31 @@ class Telemetry:
         return 200, Text(body, CONTENT_TYPE)
 
     async def _fetch_envoy_stats(self) -> EnvoyStats:
-        envoy = self._sources.envoy()
-        url = envoy.admin_url if envoy is not None and envoy.ready else None
-        if url is None:
+        """Every ready Envoy's stats, summed (a standby serves part of the traffic)."""
+        envoys = [e for e in self._sources.envoys() if e.ready]
+        if not envoys:
             return EnvoyStats(error="Envoy is not running")
         translation = self._sources.translation()
         if self._names is None or self._names[0] is not translation:
             self._names = (translation, StatNames.of(translation))
-        return await self._envoy_stats.get(url, self._names[1])
+        names = self._names[1]
+        for gone in set(self._envoy_stats) - {e.admin.path for e in envoys}:
+            del self._envoy_stats[gone]
+        caches = [self._envoy_stats.setdefault(e.admin.path, EnvoyStatsCache()) for e in envoys]
+        fetched = await asyncio.gather(*(c.get(e.admin, names) for c, e in zip(caches, envoys, strict=True)))
+        if len(fetched) == 1:
+            return fetched[0]
+        values: dict[tuple[str, tuple[str, ...]], float] = {}
+        for stats in fetched:
+            for key, value in stats.values.items():
+                values[key] = values.get(key, 0.0) + value
+        errors = [s.error for s in fetched if s.error]
+        return EnvoyStats(
+            {} if errors else values,
+            "; ".join(errors) or None,
+            max(s.duration_s for s in fetched),
+            sum(s.lines for s in fetched),
+        )
 
     def _control_plane(self) -> Iterator[MetricFamily]:
         src = self._sources
@@ -531,18 +514,22 @@ class Telemetry:
             "Standing problems with the input (objects skipped or partly used); weir status lists them.",
             tuple(Sample({"severity": sev}, n) for sev, n in sorted(severities.items())),
         )
-        envoy = src.envoy()
+        envoys = src.envoys()
         yield MetricFamily(
             "weir_envoy_ready",
             "gauge",
-            "1 while Envoy runs and is ready, else 0.",
-            (Sample({}, 1.0 if envoy is not None and envoy.ready else 0.0),),
+            "1 while Envoy runs and is ready (with a standby: either), else 0.",
+            (Sample({}, 1.0 if any(e.ready for e in envoys) else 0.0),),
         )
+        reasons: collections.Counter[str] = collections.Counter()
+        for envoy in envoys:
+            reasons.update(envoy.restart_reasons)
         yield MetricFamily(
             "weir_envoy_restarts_total",
             "counter",
-            "Times weir restarted Envoy after it exited unexpectedly.",
-            (Sample({}, float(envoy.restarts if envoy is not None else 0)),),
+            "Times weir restarted Envoy: reason exited (it exited unexpectedly) or not_serving (it ran "
+            "but no longer served the listeners it had accepted, e.g. after drain_listeners).",
+            tuple(Sample({"reason": r}, float(reasons.get(r, 0))) for r in ("exited", "not_serving")),
         )
         yield MetricFamily(
             "weir_envoy_config_accepted",

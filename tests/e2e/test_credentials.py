@@ -83,7 +83,7 @@ class World:
 
     async def stat(self, name: str) -> int:
         assert self.weir.controller is not None and self.weir.controller.envoy is not None
-        _, text = await self.weir.controller.envoy.admin_get(f"/stats?filter=^{name}$")
+        _, text = await self.weir.controller.envoy.admin.get(f"/stats?filter=^{name}$")
         values = [int(line.split(": ")[1]) for line in text.splitlines() if line.startswith(f"{name}: ")]
         return values[0] if values else 0
 

@@ -105,7 +105,7 @@ def assert_never_connected(sock: socket.socket) -> None:
 
 async def denied_count(weir: Weir, cluster: str = "xbackend/default/api") -> int:
     assert weir.controller is not None and weir.controller.envoy is not None
-    _, stats = await weir.controller.envoy.admin_get("/stats?filter=rbac.denied")
+    _, stats = await weir.controller.envoy.admin.get("/stats?filter=rbac.denied")
     stat = f"cluster.{cluster}.rbac.denied: "
     values = [int(ln.removeprefix(stat)) for ln in stats.splitlines() if ln.startswith(stat)]
     return values[0] if values else 0

@@ -32,6 +32,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 
+from weir.bootstrap import with_admin_socket
 from weir.envoy import (
     EnvoyError,
     EnvoyProcess,
@@ -237,11 +238,11 @@ def test_binary_is_found() -> None:
     assert os.access(envoy_binary(), os.X_OK)
 
 
-def test_bootstrap_keeps_admin_on_loopback() -> None:
+def test_bootstrap_has_no_tcp_admin() -> None:
     config = bootstrap(node_id="n", ads_socket="/tmp/x.sock")
-    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
-    with pytest.raises(ValueError, match="loopback"):
-        bootstrap(node_id="n", ads_socket="/tmp/x.sock", admin_address="0.0.0.0")
+    assert "admin" not in config  # EnvoyProcess adds it, on a unix socket
+    with pytest.raises(ValueError, match="longer than 107 bytes"):
+        with_admin_socket(config, "/tmp/" + "x" * 200)
 
 
 async def test_serves_and_updates_without_restart(
@@ -253,9 +254,8 @@ async def test_serves_and_updates_without_restart(
     assert await listener_bound("127.0.0.1", port)
     pid = envoy.process.pid
     assert pid is not None and envoy.pids == [pid]
-    assert envoy.process.admin_url is not None
-    assert envoy.process.admin_url.startswith("http://127.0.0.1:")
-    status, _ = await envoy.process.admin_get("/ready")
+    assert envoy.process.admin_socket == str(envoy.process.run_dir / "admin.sock")
+    status, _ = await envoy.process.admin.get("/ready")
     assert status == 200
 
     pushed = time.monotonic()
@@ -476,10 +476,10 @@ async def test_envoy_dies_with_its_parent(unix_socket_path: str, short_tmp: Path
 
 
 async def test_admin_get_decodes_chunked_replies(envoy: Supervised) -> None:
-    """Envoy's admin sends large replies chunked; ``admin_get`` must return the decoded body."""
-    status, body = await envoy.process.admin_get("/config_dump")
+    """Envoy's admin sends large replies chunked; ``admin.get`` must return the decoded body."""
+    status, body = await envoy.process.admin.get("/config_dump")
     assert status == 200
     dump = json.loads(body)
     assert "configs" in dump
-    status, body = await envoy.process.admin_get("/ready")
+    status, body = await envoy.process.admin.get("/ready")
     assert (status, body.strip()) == (200, "LIVE")

@@ -10,7 +10,9 @@ replica, once it holds the Lease, writes its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import httpx
 import pytest
 from weir_harness import eventually, pid_alive
 
+from weir.runfolder import default_run_dir
 from weir.testkit import RecordingUpstream, free_port
 from weir.testkit.apiserver import ApiServerDouble
 
@@ -180,6 +183,18 @@ def published(api: ApiServerDouble) -> list[str]:
     return [a["value"] for a in gateway_status(api).get("addresses", [])]
 
 
+async def end_orphan(run_dir: Path, recorded: int | None) -> None:
+    """End the Envoy a killed weir left serving in ``run_dir`` (no weir adopted it), and the folder."""
+    pids = {recorded} if recorded else set()
+    with contextlib.suppress(OSError, ValueError):
+        pids.add(int((run_dir / "envoy" / "envoy.pid").read_text().split()[0]))
+    for pid in pids:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)  # not our child: init reaps it
+            await eventually(lambda pid=pid: not pid_alive(pid), timeout=5)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
 async def test_one_leader_writes_status_and_a_killed_leader_is_replaced_within_the_lease(
     api: ApiServerDouble, tmp_path: Path
 ) -> None:
@@ -192,6 +207,7 @@ async def test_one_leader_writes_status_and_a_killed_leader_is_replaced_within_t
             "weir-a": Replica("weir-a", "127.0.0.2", kubeconfig, tmp_path),
             "weir-b": Replica("weir-b", "127.0.0.3", kubeconfig, tmp_path),
         }
+        leader: Replica | None = None
         try:
             for replica in replicas.values():
                 replica.start()
@@ -243,8 +259,9 @@ async def test_one_leader_writes_status_and_a_killed_leader_is_replaced_within_t
             new = lease(api)
             assert new["holderIdentity"].startswith(follower.name + "-")
             assert new["leaseTransitions"] == transitions + 1
-            assert leader.envoy_pid is not None
-            await eventually(lambda: not pid_alive(leader.envoy_pid or 0), timeout=5)
+            # The killed weir's Envoy outlives it (a lasting run folder: the next weir started on the
+            # same folder would adopt it) and keeps serving its last configuration meanwhile.
+            assert leader.envoy_pid is not None and pid_alive(leader.envoy_pid)
 
             # The new leader writes status for what appears from now on.
             api.create(route("later", "/later"))
@@ -258,6 +275,8 @@ async def test_one_leader_writes_status_and_a_killed_leader_is_replaced_within_t
         finally:
             for replica in replicas.values():
                 replica.stop()
+            if leader is not None:
+                await end_orphan(default_run_dir("127.0.0.1", leader.admin_port), leader.envoy_pid)
         for replica in replicas.values():
             assert replica.envoy_pid is None or not pid_alive(replica.envoy_pid)
         # The survivor stopped cleanly and handed the Lease back.

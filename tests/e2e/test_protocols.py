@@ -513,7 +513,7 @@ class McpWorld:
     async def stat(self, cluster: str, name: str) -> int:
         controller = self.weir.controller
         assert controller is not None and controller.envoy is not None
-        code, body = await controller.envoy.admin_get(f"/stats?filter={name}")
+        code, body = await controller.envoy.admin.get(f"/stats?filter={name}")
         assert code == 200, body
         prefix = f"cluster.{cluster}.{name}: "
         values = [int(line[len(prefix) :]) for line in body.splitlines() if line.startswith(prefix)]

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from weir_harness import GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive
+from weir_harness import GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive, services_manifests
 
 from weir.controller import Controller, Options, ProviderSnapshot
 from weir.providers.files import FilesProvider
@@ -94,42 +94,6 @@ data:
     )
 
 
-def services_manifests(port: int, backends: dict[str, tuple[str, int, int]], path: str = "/") -> str:
-    """One route to Services; ``backends`` maps a Service name to (ip, port, weight)."""
-    text = (
-        GATEWAY_HEAD.format(port=port)
-        + f"""\
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: web, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
-    backendRefs:
-"""
-    )
-    for svc, (_, svc_port, weight) in backends.items():
-        text += f"    - {{name: {svc}, port: {svc_port}, weight: {weight}}}\n"
-    for svc, (ip, svc_port, _) in backends.items():
-        text += f"""\
----
-apiVersion: v1
-kind: Service
-metadata: {{name: {svc}, namespace: default}}
-spec: {{ports: [{{name: http, port: {svc_port}}}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: {svc}-1, namespace: default, labels: {{kubernetes.io/service-name: {svc}}}}}
-addressType: IPv4
-ports: [{{name: http, port: {svc_port}}}]
-endpoints: [{{addresses: [{ip}]}}]
-"""
-    return text
-
-
 async def test_xbackend_server_only_verifies_tls_with_sni_and_host(
     weir: Weir, dns: DnsStub, ca: CertAuthority
 ) -> None:
@@ -176,7 +140,7 @@ async def test_wrong_ca_gives_5xx_and_never_plaintext(weir: Weir, dns: DnsStub, 
         assert 500 <= response.status_code < 600
         assert api.requests == [], "a request reached the upstream despite a failed verification"
         assert controller.envoy is not None
-        _, stats = await controller.envoy.admin_get("/stats?filter=ssl.fail_verify_error")
+        _, stats = await controller.envoy.admin.get("/stats?filter=ssl.fail_verify_error")
         failures = [int(line.rsplit(":", 1)[1]) for line in stats.splitlines() if "xbackend" in line]
         assert failures and max(failures) >= 1, stats
 

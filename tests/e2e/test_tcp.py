@@ -218,7 +218,7 @@ async def refused(port: int) -> bool:
 
 async def stat(weir: Weir, name: str) -> int:
     assert weir.controller is not None and weir.controller.envoy is not None
-    _, stats = await weir.controller.envoy.admin_get(f"/stats?filter={name}")
+    _, stats = await weir.controller.envoy.admin.get(f"/stats?filter={name}")
     prefix = f"{name}: "
     values = [int(ln.removeprefix(prefix)) for ln in stats.splitlines() if ln.startswith(prefix)]
     return values[0] if values else 0

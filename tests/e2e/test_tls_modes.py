@@ -166,15 +166,13 @@ class World:
             return await client.get(self.weir.url(f"/{case}{path}"))
 
     async def admin(self, path: str) -> httpx.Response:
-        """GET from Envoy's admin interface.
-
-        Through httpx rather than ``EnvoyProcess.admin_get``, which returns
-        chunked bodies (``/config_dump``) without decoding them.
-        """
+        """GET from Envoy's admin interface (its unix socket)."""
         controller = self.weir.controller
-        assert controller is not None and controller.envoy is not None and controller.envoy.admin_url
-        async with httpx.AsyncClient(timeout=5) as client:
-            response = await client.get(controller.envoy.admin_url + path)
+        assert controller is not None and controller.envoy is not None
+        socket = controller.envoy.admin_socket
+        assert socket is not None
+        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket), timeout=5) as client:
+            response = await client.get("http://envoy" + path)
         response.raise_for_status()
         return response
 

@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -100,10 +99,9 @@ class Envoy:
         self.client = httpx.AsyncClient(timeout=2)
 
     async def admin(self, path: str) -> Any:
-        assert self.process.admin_url is not None
-        response = await self.client.get(self.process.admin_url + path)
-        response.raise_for_status()
-        return response.json()
+        status, body = await self.process.admin.get(path)
+        assert status == 200, body
+        return json.loads(body)
 
     async def clusters(self) -> dict[str, tuple[str, str]]:
         """Dynamic clusters Envoy holds: name → (version, last updated)."""
@@ -333,12 +331,12 @@ def test_resource_versions_are_content_hashes() -> None:
 
 def held_versions(envoy: Envoy) -> tuple[dict[str, str], dict[str, str]]:
     """(cluster → version, route configuration → version) Envoy holds, read without the event loop."""
-    assert envoy.process.admin_url is not None
-    url = envoy.process.admin_url + "/config_dump?resource="
-    with urllib.request.urlopen(url + "dynamic_active_clusters", timeout=2) as response:
-        clusters = json.load(response).get("configs", [])
-    with urllib.request.urlopen(url + "dynamic_route_configs", timeout=2) as response:
-        routes = json.load(response).get("configs", [])
+    socket = envoy.process.admin_socket
+    assert socket is not None
+    with httpx.Client(transport=httpx.HTTPTransport(uds=socket), timeout=2) as client:
+        url = "http://envoy/config_dump?resource="
+        clusters = client.get(url + "dynamic_active_clusters").json().get("configs", [])
+        routes = client.get(url + "dynamic_route_configs").json().get("configs", [])
     return (
         {c["cluster"]["name"]: c["version_info"] for c in clusters},
         {r["route_config"]["name"]: r["version_info"] for r in routes},

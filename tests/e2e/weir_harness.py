@@ -84,6 +84,42 @@ def routes(port: int, *xbackends: tuple[str, str], gateway_port: int) -> str:
     return text + "".join(xbackend(name, hostname, port) for name, hostname in xbackends)
 
 
+def services_manifests(port: int, backends: dict[str, tuple[str, int, int]], path: str = "/") -> str:
+    """One route to Services; ``backends`` maps a Service name to (ip, port, weight)."""
+    text = (
+        GATEWAY_HEAD.format(port=port)
+        + f"""\
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]
+    backendRefs:
+"""
+    )
+    for svc, (_, svc_port, weight) in backends.items():
+        text += f"    - {{name: {svc}, port: {svc_port}, weight: {weight}}}\n"
+    for svc, (ip, svc_port, _) in backends.items():
+        text += f"""\
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {svc}, namespace: default}}
+spec: {{ports: [{{name: http, port: {svc_port}}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {svc}-1, namespace: default, labels: {{kubernetes.io/service-name: {svc}}}}}
+addressType: IPv4
+ports: [{{name: http, port: {svc_port}}}]
+endpoints: [{{addresses: [{ip}]}}]
+"""
+    return text
+
+
 def indent_pem(pem: str, spaces: int) -> str:
     return textwrap.indent(pem, " " * spaces)
 
@@ -117,10 +153,12 @@ class Weir:
         os.replace(tmp, path)  # atomic, as editors and kubectl-like tools do
         return path
 
-    async def start(self) -> Controller:
+    async def start(self, *, wait_ready: bool = True) -> Controller:
+        """Start the controller; with ``wait_ready``, wait until every listener is programmed."""
         self.controller = Controller(FilesProvider([str(self.folder)]), self.settings, Options(admin_port=0))
         await self.controller.start()
-        await asyncio.wait_for(self.controller.ready.wait(), 20)
+        if wait_ready:
+            await asyncio.wait_for(self.controller.ready.wait(), 20)
         return self.controller
 
     @property

@@ -18,7 +18,7 @@ import pytest
 import re2
 
 from weir import ir
-from weir.bootstrap import STATS_KEPT, bootstrap, keeps
+from weir.bootstrap import STATS_KEPT, bootstrap, keeps, with_admin_socket
 from weir.envoy import EnvoyProcess
 from weir.telemetry import ENVOY_STATS_USED
 from weir.testkit import make_ca
@@ -37,7 +37,9 @@ def test_delta_ads_over_the_unix_socket() -> None:
     assert xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
         "pipe": {"path": "/tmp/x.sock"}
     }
-    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    assert "admin" not in config  # only ever on a unix socket (with_admin_socket)
+    admin = with_admin_socket(config, "/tmp/run/admin.sock")["admin"]
+    assert admin == {"address": {"pipe": {"path": "/tmp/run/admin.sock", "mode": 0o600}}}
 
 
 def test_the_inclusion_list_is_made_of_cheap_matchers() -> None:
@@ -64,7 +66,10 @@ def test_the_inclusion_list_is_made_of_cheap_matchers() -> None:
         ("cluster.xbackend/default/api.upstream_cx_rx_bytes_total", False),
         ("cluster.xbackend/default/api.lb_healthy_panic", False),
         ("http.127.0.0.1_8080.downstream_cx_total", False),
-        ("listener.127.0.0.1_8080.downstream_cx_active", False),
+        # What a graceful stop waits for.
+        ("listener.127.0.0.1_8080.downstream_cx_active", True),
+        ("http.127.0.0.1_8080.downstream_rq_active", True),
+        ("listener.127.0.0.1_8080.downstream_cx_destroy", False),
     ],
 )
 def test_keeps(name: str, kept: bool) -> None:
@@ -128,14 +133,13 @@ async def _stat_names(ads: AdsServer, run_dir: Path, *, every_stat: bool) -> set
     try:
         assert ads.snapshot is not None
         assert (await ads.wait_acked(ads.snapshot.version, timeout=20)).acked
-        assert envoy.admin_url is not None
+        # One request to each upstream (both fail to connect: port 9), so traffic stats exist.
+        listeners = json.loads((await envoy.admin.get("/listeners?format=json"))[1])
+        port = listeners["listener_statuses"][0]["local_address"]["socket_address"]["port_value"]
         async with httpx.AsyncClient(timeout=5) as client:
-            # One request to each upstream (both fail to connect: port 9), so traffic stats exist.
-            listeners = (await client.get(envoy.admin_url + "/listeners?format=json")).json()
-            port = listeners["listener_statuses"][0]["local_address"]["socket_address"]["port_value"]
             for path in ("/api", "/web"):
                 await client.get(f"http://127.0.0.1:{port}{path}")
-            data = (await client.get(envoy.admin_url + "/stats?format=json")).json()
+        data = json.loads((await envoy.admin.get("/stats?format=json", timeout=5))[1])
     finally:
         await envoy.stop()
     names = {entry["name"] for entry in data["stats"] if "name" in entry}

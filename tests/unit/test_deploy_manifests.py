@@ -413,11 +413,13 @@ def test_resources_are_sized_and_grace_period_covers_the_drain() -> None:
     # docs/performance.md: weir + Envoy ≈ 275 MiB at 1,000 routes; the limit leaves room for growth.
     assert 256 <= mib(resources["requests"]["memory"]) <= mib(resources["limits"]["memory"])
     assert mib(resources["limits"]["memory"]) >= 1024
-    command = container()["lifecycle"]["preStop"]["exec"]["command"]
-    assert command[0] == "sleep"
+    # weir's graceful stop replaces a preStop sleep: it must fit in the grace period.
+    assert "lifecycle" not in container()
+    delay = float(option(container_args(), "--shutdown-delay"))
+    drain = float(option(container_args(), "--drain-timeout"))
     stop_timeout = inspect.signature(EnvoyProcess).parameters["stop_timeout"].default
     grace = the("Deployment")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace >= int(command[1]) + stop_timeout + 10
+    assert 5 <= delay <= drain and grace >= drain + stop_timeout + 5
 
 
 # --------------------------------------------------------------------------- Service and examples

@@ -9,8 +9,12 @@ peers that fail the ways Envoy's admin could (silent, gone).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +23,7 @@ import pytest
 from weir import __version__
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
+from weir.envoy_admin import EnvoyAdmin
 from weir.loader import Problem
 from weir.metrics import CONTENT_TYPE, MetricFamily, parse
 from weir.telemetry import ENVOY_STATS_USED, Sources, StatNames, Telemetry, _StatsParser, fetch_envoy_stats
@@ -114,11 +119,12 @@ async def test_envoy_stats_failures_are_reported_not_raised() -> None:
     async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         accepted.append(writer)  # accepts, never answers
 
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    folder = Path(tempfile.mkdtemp(prefix="weir-"))
+    admin = EnvoyAdmin(folder / "admin.sock")
+    server = await asyncio.start_unix_server(silent, admin.path)
     try:
         started = time.monotonic()
-        stats = await fetch_envoy_stats(url, StatNames(), timeout=0.3)
+        stats = await fetch_envoy_stats(admin, StatNames(), timeout=0.3)
         assert stats.error == "no complete answer within 0.3 s" and not stats.values
         assert time.monotonic() - started < 2
     finally:
@@ -126,8 +132,12 @@ async def test_envoy_stats_failures_are_reported_not_raised() -> None:
         for writer in accepted:
             writer.close()
         await server.wait_closed()
-    refused = await fetch_envoy_stats(url, StatNames())  # nothing listens there any more
-    assert refused.error and "Connect call failed" in refused.error
+    os.unlink(admin.path)
+    try:
+        missing = await fetch_envoy_stats(admin, StatNames())  # nothing listens there any more
+        assert missing.error and "No such file" in missing.error
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_xds_counters_time_push_to_ack() -> None:
@@ -172,7 +182,7 @@ def _sources(envoy: Any, statuses: dict[ObjectKey, dict[str, Any]], problems: li
         problems=lambda: problems,
         statuses=lambda: statuses,
         translation=lambda: None,
-        envoy=lambda: envoy,
+        envoys=lambda: [envoy] if envoy is not None else [],
         xds=lambda: None,
         config_accepted=lambda: True,
         controller_name=WEIR,
@@ -236,7 +246,8 @@ async def test_control_plane_page() -> None:
         ("weir_config_problems", (("severity", "error"),)): 1,
         ("weir_config_problems", (("severity", "warning"),)): 1,
         ("weir_envoy_ready", ()): 0,
-        ("weir_envoy_restarts_total", ()): 0,
+        ("weir_envoy_restarts_total", (("reason", "exited"),)): 0,
+        ("weir_envoy_restarts_total", (("reason", "not_serving"),)): 0,
         ("weir_envoy_config_accepted", ()): 1,
         ("weir_managed_objects", (("kind", "Gateway"),)): 2,
         ("weir_managed_objects", (("kind", "HTTPRoute"),)): 1,

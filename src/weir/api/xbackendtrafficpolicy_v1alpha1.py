@@ -65,7 +65,10 @@ TargetRefs = Annotated[
     Field(
         min_length=1,
         max_length=16,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["group", "kind", "name"]},
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["group", "kind", "name"],
+        },
     ),
 ]
 

@@ -184,6 +184,14 @@ class DataPlaneState:
     rejected_sockets: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     unusable_sockets: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     bound: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    #: weir asks Envoy again, with back-off, for what it rejected (a listener whose port was busy).
+    retrying: bool = False
+
+    @property
+    def rejection_text(self) -> str:
+        """Envoy's message, and whether weir tries again."""
+        text = (self.rejection or "").rstrip()
+        return text + ("; weir tries again with back-off until Envoy accepts it" if self.retrying else "")
 
     def rejects(self, sockets: tuple[tuple[str, int], ...]) -> bool:
         """Whether the rejection concerns a listener served on ``sockets``."""
@@ -269,7 +277,7 @@ def apply_data_plane(
             missing = [s for s in sockets if s not in state.bound]
             if state.rejects(sockets):
                 rejected = True
-                message = f"Envoy rejected the configuration: {state.rejection}"
+                message = f"Envoy rejected the configuration: {state.rejection_text}"
                 new = condition(PROGRAMMED, False, R_INVALID, message, generation)
             elif answered and not missing:
                 programmed_listeners += 1
@@ -289,7 +297,7 @@ def apply_data_plane(
         elif rejected or (state.rejection is not None and not state.rejected_sockets):
             message = (
                 "Envoy rejected the configuration; the previous configuration keeps serving: "
-                f"{state.rejection}"
+                f"{state.rejection_text}"
             )
             new = condition(PROGRAMMED, False, R_INVALID, message, generation)
         elif programmed_listeners and not waiting:

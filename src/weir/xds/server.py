@@ -34,7 +34,8 @@ How a snapshot reaches Envoy
   good ones; which ones is not knowable). Those resources stay *suspect* on
   that stream until a later response carrying them is ACKed. The server
   does not send them again by itself; the next snapshot does, whatever its
-  content (a rejection can be transient: a port that was in use).
+  content, and so does :meth:`AdsServer.retry_rejected` (a rejection can be
+  transient: a port that was in use; the controller retries those).
 * A new stream (Envoy restarted or reconnected) gets what it lacks of the
   current snapshot, except that a resource Envoy rejected, and unchanged
   since, is sent in the last version an Envoy accepted: a restarted Envoy
@@ -71,6 +72,7 @@ from typing import Any, TypeVar
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
+from weir.runfolder import unix_socket_path
 from weir.xds import accesslog
 from weir.xds.acks import (
     AckResult,
@@ -103,9 +105,6 @@ __all__ = [
 log = logging.getLogger("weir.xds")
 
 _T = TypeVar("_T")
-
-#: Longest path a unix socket address may have on Linux (``sun_path`` less NUL).
-_MAX_UNIX_PATH = 107
 
 
 # --------------------------------------------------------------------------
@@ -142,9 +141,7 @@ class AdsServer:
     """A delta ADS server on a unix socket."""
 
     def __init__(self, socket_path: str) -> None:
-        if len(os.fsencode(socket_path)) > _MAX_UNIX_PATH:
-            raise ValueError(f"unix socket path is longer than {_MAX_UNIX_PATH} bytes: {socket_path!r}")
-        self.socket_path = socket_path
+        self.socket_path = unix_socket_path(socket_path)
         self._server: grpc.aio.Server | None = None
         self._snapshot: Snapshot | None = None
         self._streams: dict[int, _Stream] = {}
@@ -239,6 +236,17 @@ class AdsServer:
             stream.queue.put_nowait(_WAKE)
         log.debug("snapshot %s set (%d streams)", snapshot.version, len(self._streams))
         self._notify()
+
+    def retry_rejected(self) -> None:
+        """Send every Envoy again the resources it rejected, in their current versions.
+
+        For a rejection that may not last: a listener whose port was busy
+        is added once the port is free. Resources Envoy accepted meanwhile
+        are not sent again; nothing happens when nothing was rejected.
+        """
+        for stream in self._streams.values():
+            if any(sub.suspects for sub in stream.subs.values()):
+                stream.queue.put_nowait(_WAKE)
 
     # ---------------------------------------------------------------- observing
 
