@@ -37,7 +37,7 @@ from typing import Any, Literal, cast
 
 import yaml
 from pydantic import ValidationError
-from yaml.nodes import SequenceNode
+from yaml.nodes import Node, ScalarNode, SequenceNode
 
 from weir import yamlsource
 from weir.api import registry
@@ -183,7 +183,11 @@ def parse_text(text: str, file: str) -> FileResult:
         composed = yamlsource.compose(text)
     except yaml.YAMLError as err:
         line, message = yamlsource.describe_error(err)
-        return FileResult(file, (), Problem("error", file, line, None, None, message))
+        label = field = None
+        if isinstance(err, yamlsource.BuildError) and err.document is not None:
+            label = _document_label(err.document)
+            field = yamlsource.field_path(err.document, err.node)
+        return FileResult(file, (), Problem("error", file, line, label, field, message))
     except RecursionError:
         problem = Problem("error", file, None, None, None, "invalid YAML: nested too deeply")
         return FileResult(file, (), problem)
@@ -205,6 +209,24 @@ def parse_text(text: str, file: str) -> FileResult:
         else:
             docs.append(_parse_object(data, file, line))
     return FileResult(file, tuple(docs))
+
+
+def _document_label(document: Node) -> str | None:
+    """The object a YAML document that could not be built names (``"HTTPRoute default/web"``), if plain."""
+
+    def scalar(node: Node | None) -> str | None:
+        return node.value if isinstance(node, ScalarNode) and node.value else None
+
+    kind = scalar(yamlsource.mapping_value(document, "kind"))
+    metadata = yamlsource.mapping_value(document, "metadata")
+    name = scalar(yamlsource.mapping_value(metadata, "name")) if metadata is not None else None
+    if kind is None or name is None:
+        return None
+    namespace = scalar(yamlsource.mapping_value(metadata, "namespace")) if metadata is not None else None
+    model = registry.model_for_kind(kind)
+    if model is not None:
+        namespace = (namespace or "default") if model.NAMESPACED else None
+    return _label(kind, namespace or "", name)
 
 
 def parse_bytes(raw: bytes, file: str) -> FileResult:

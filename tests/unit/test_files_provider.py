@@ -15,7 +15,7 @@ import pytest
 from weir import loader
 from weir.api.core_v1 import Service
 from weir.api.meta import ObjectKey
-from weir.providers.files import FilesProvider, Snapshot
+from weir.providers.files import KEPT_FILE, FilesProvider, Snapshot
 
 #: A change must show up in a snapshot within this long.
 DEADLINE = 1.0
@@ -420,3 +420,39 @@ async def test_keeps_serving_under_a_burst_of_writes(tree: Path) -> None:
         assert latest is not None
         assert port_of(latest, "web") == 1019
         assert isinstance(latest.resources.service("default", "web"), Service)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["!!bool maybe", "!!int abc", "!!float x", '!!int ""', "7" * 4301],
+    ids=["bool", "int", "float", "int-empty", "int-4301-digits"],
+)
+async def test_a_value_yaml_cannot_build_keeps_the_files_objects_and_watching_goes_on(
+    tree: Path, value: str
+) -> None:
+    """Such a value killed the watcher with nothing said: every later edit was ignored."""
+    provider = FilesProvider([tree])
+    provider.load()
+    path = tree / "web.yaml"
+    async with watching(provider) as watch:
+        bad = service("web", 80) + "---\n" + service("api", 81).replace("port: 81", f"port: {value}")
+        snapshot = await watch.change(lambda: path.write_text(bad))
+        assert port_of(snapshot, "web") == 80
+        assert port_of(snapshot, "api") == 81
+        [problem] = snapshot.problems
+        assert (problem.file, problem.line, problem.object, problem.field) == (
+            str(path),
+            15,
+            "Service default/api",
+            "spec.ports[0].port",
+        )
+        assert problem.message.startswith("invalid YAML: ")
+        assert problem.message.endswith(KEPT_FILE)
+        # Watching goes on: other files, then this one.
+        snapshot = await watch.change(lambda: (tree / "apps" / "ns.yaml").write_text(namespace("apps2")))
+        assert snapshot.resources.namespace("apps2") is not None
+        assert port_of(snapshot, "api") == 81
+        snapshot = await watch.change(lambda: path.write_text(service("api", 82)))
+        assert port_of(snapshot, "api") == 82
+        assert port_of(snapshot, "web") is None
+        assert snapshot.problems == ()

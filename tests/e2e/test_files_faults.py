@@ -1,0 +1,165 @@
+"""Hostile files through real Envoy: nothing a folder can hold takes down good routes or the watcher.
+
+Each test reproduces a fault of issue 13 (the files provider) against a real
+weir and a real Envoy, and sends requests only to loopback addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from weir_harness import GATEWAY_HEAD, Weir, eventually, pid_alive
+
+from weir.controller import Controller, Options, ProviderSnapshot
+from weir.providers.files import FilesProvider
+from weir.testkit import RecordingUpstream, free_port
+from weir.translate import Settings
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def weir(tmp_path: Path) -> AsyncIterator[Weir]:
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    harness = Weir(folder, None, free_port())
+    try:
+        yield harness
+    finally:
+        await harness.stop()
+        for pid in harness.envoy_pids:
+            assert not pid_alive(pid), f"Envoy {pid} survived stop()"
+
+
+def route(name: str, upstream: tuple[str, int], *, extra: str = "") -> str:
+    """An HTTPRoute ``/NAME`` to a Service NAME with one endpoint at ``upstream``."""
+    ip, port = upstream
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /{name}}}}}]
+    backendRefs: [{{name: {name}, port: {port}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec: {{ports: [{{name: http, port: {port}}}]{extra}}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: {name}-1, namespace: default, labels: {{kubernetes.io/service-name: {name}}}}}
+addressType: IPv4
+ports: [{{name: http, port: {port}}}]
+endpoints: [{{addresses: [{ip}]}}]
+"""
+
+
+async def get(client: httpx.AsyncClient, url: str) -> int:
+    try:
+        return (await client.get(url)).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+async def serves(client: httpx.AsyncClient, url: str, timeout: float = 5) -> None:
+    """Wait until ``url`` answers 200."""
+
+    async def ok() -> bool:
+        return await get(client, url) == 200
+
+    await eventually(ok, timeout=timeout)
+
+
+async def test_a_value_yaml_cannot_build_is_reported_and_later_edits_are_served(weir: Weir) -> None:
+    """``!!bool maybe`` killed the watcher silently: every later edit, even the fix, was ignored."""
+    upstream = ("127.0.0.2", free_port("127.0.0.2"))
+    async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
+        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
+        good = route("good", upstream)
+        path = weir.write("good.yaml", good)
+        await weir.start()
+        async with httpx.AsyncClient(timeout=5) as client:
+            assert await get(client, weir.url("/good")) == 200
+            bad = route("good", upstream, extra=", publishNotReadyAddresses: !!bool maybe")
+            weir.write("good.yaml", bad)
+
+            async def reported() -> list[dict[str, object]]:
+                return [p for p in (await weir.admin_status())["problems"] if p["severity"] == "error"]
+
+            [problem], _ = await eventually(reported, timeout=5)
+            assert problem["file"] == str(path)
+            assert problem["line"] == next(i for i, line in enumerate(bad.splitlines(), 1) if "maybe" in line)
+            assert problem["object"] == "Service default/good"
+            assert problem["field"] == "spec.publishNotReadyAddresses"
+            assert str(problem["message"]).startswith('invalid YAML: "maybe" is not a valid !!bool')
+            assert await get(client, weir.url("/good")) == 200  # the file's last good objects serve
+            # The watcher is alive: a new route is served, and so is the fix.
+            weir.write("more.yaml", route("more", upstream))
+            await serves(client, weir.url("/more"))
+            weir.write("good.yaml", good.replace("value: /good", "value: /fixed"))
+            await serves(client, weir.url("/fixed"))
+            assert await reported() == []
+            assert await get(client, weir.url("/good")) == 404
+
+
+class _FailsOnce:
+    """The files provider, but its watch raises once (as a bug would), after the first change."""
+
+    def __init__(self, folder: Path) -> None:
+        self.inner = FilesProvider([str(folder)])
+        self.failures = 1
+
+    def load(self) -> ProviderSnapshot:
+        return self.inner.load()
+
+    async def watch(self) -> AsyncIterator[ProviderSnapshot]:
+        async for snapshot in self.inner.watch():
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("a bug in the provider")
+            yield snapshot
+
+
+async def test_a_provider_that_raises_is_reported_and_read_again(tmp_path: Path) -> None:
+    """A provider loop exception is logged, shown in /status, and the loop goes on."""
+    upstream = ("127.0.0.2", free_port("127.0.0.2"))
+    gateway_port = free_port()
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "gw.yaml").write_text(GATEWAY_HEAD.format(port=gateway_port))
+    (folder / "a.yaml").write_text(route("a", upstream))
+    controller = Controller(_FailsOnce(folder), Settings(), Options(admin_port=0))
+    envoy_pid = None
+    try:
+        async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
+            await controller.start()
+            await asyncio.wait_for(controller.ready.wait(), 20)
+            envoy_pid = controller.envoy.pid if controller.envoy else None
+            base = f"http://127.0.0.1:{gateway_port}"
+            admin = f"http://127.0.0.1:{controller.admin_port}/status"
+            async with httpx.AsyncClient(timeout=5) as client:
+                assert await get(client, base + "/a") == 200
+                (folder / "b.yaml").write_text(route("b", upstream))
+
+                async def provider_error() -> object:
+                    return (await client.get(admin)).json()["dataPlane"]["providerError"]
+
+                error, _ = await eventually(provider_error, timeout=5)
+                assert error == "RuntimeError: a bug in the provider"
+                assert await get(client, base + "/a") == 200
+                # Read again (1 s later) and watched again: b is served, the error is gone.
+                await serves(client, base + "/b")
+                assert await provider_error() is None
+                (folder / "c.yaml").write_text(route("c", upstream))
+                await serves(client, base + "/c")
+    finally:
+        await controller.stop()
+    assert envoy_pid is None or not pid_alive(envoy_pid), "Envoy outlived the controller"
