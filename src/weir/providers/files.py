@@ -26,6 +26,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,6 +54,10 @@ log = logging.getLogger("weir.files")
 KEPT_FILE = "kept the last valid objects from this file"
 #: Appended to an object's problems when its last valid version is still served.
 KEPT_OBJECT = "kept the last valid version"
+#: How long a file rewritten in place must stay unchanged before a change of it that withdraws
+#: objects is served (see FilesProvider._hold): ``cp`` and ``>`` leave it empty, then half
+#: written, for a moment.
+REWRITE_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -115,12 +120,22 @@ class FilesProvider:
     for ``debounce_ms`` (see :func:`_next_batch`).
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], *, debounce_ms: int = 50) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        *,
+        debounce_ms: int = 50,
+        grace_s: float = REWRITE_GRACE_S,
+    ) -> None:
         if not paths:
             raise ValueError("FilesProvider needs at least one file or folder")
         self._paths: tuple[Path, ...] = tuple(Path(p) for p in paths)
         self._debounce_ms = max(1, int(debounce_ms))
+        self._grace_s = grace_s
         self._cache: dict[str, _Cached] = {}
+        # Files whose new content would withdraw objects they serve, held back (see _hold):
+        # name → (what the file says now, monotonic time since when it says exactly that).
+        self._held: dict[str, tuple[_Cached, float]] = {}
         # The files read last (in order; name → absolute path), the same the other way round, and
         # the paths that went missing. Names, not Path objects: 10,000 of those would cost 3.5 MiB.
         self._files: dict[str, str] = {}
@@ -171,7 +186,8 @@ class FilesProvider:
                 if changed_since:
                     assert self._snapshot is not None
                     yield self._snapshot
-                changed, rearm = await _next_batch(queue, self._debounce_ms / 1000)
+                changed, rearm = await _next_batch(queue, self._debounce_ms / 1000, self._held_until())
+                changed |= {self._files.get(name, name) for name in self._held}  # due, or changed again
                 changed_since = await asyncio.to_thread(self._reload, changed)
                 new_plan = self._watch_plan()
                 if rearm or new_plan != plan:
@@ -232,6 +248,7 @@ class FilesProvider:
                 continue
             cache[name] = entry
         self._cache = cache
+        self._held = {name: held for name, held in self._held.items() if name in cache}
         fingerprint: _Fingerprint = (
             tuple((name, c.digest) for name, c in cache.items()),
             tuple(missing),
@@ -259,26 +276,79 @@ class FilesProvider:
         return True
 
     def _read(self, name: str, *, force: bool) -> _Cached | None:
-        """The file's cache entry, parsed again only if its bytes changed; ``None`` if it is gone."""
+        """The file's cache entry, parsed again only if its bytes changed; ``None`` if it is gone.
+
+        While the file is held (:meth:`_hold`), the entry served before.
+        """
         try:
             st = os.stat(name)
         except OSError:
+            self._held.pop(name, None)
             return None
         stat = (st.st_mtime_ns, st.st_size, st.st_ino)
-        cached = self._cache.get(name)
-        if cached is not None and cached.stat == stat and not force:
-            return cached
+        served = self._cache.get(name)
+        held = self._held.get(name)
+        latest = held[0] if held is not None else served
+        if latest is not None and latest.stat == stat and not force:
+            return self._hold(name, latest)
         try:
             with open(name, "rb") as file:
                 raw = file.read()
         except OSError as err:
             problem = Problem("error", name, None, None, None, f"cannot read: {err.strerror}")
-            return _Cached(stat, b"", FileResult(name, (), problem))
+            return self._hold(name, _Cached(stat, b"", FileResult(name, (), problem)))
         digest = hashlib.blake2b(raw, digest_size=16).digest()
-        if cached is not None and cached.digest == digest:
-            return replace(cached, stat=stat)
+        if latest is not None and latest.digest == digest:
+            return self._hold(name, replace(latest, stat=stat))
+        if served is not None and served.digest == digest:
+            return self._hold(name, replace(served, stat=stat))
         log.debug("reading %s", name)
-        return _Cached(stat, digest, parse_bytes(raw, name))
+        return self._hold(name, _Cached(stat, digest, parse_bytes(raw, name)))
+
+    def _hold(self, name: str, entry: _Cached) -> _Cached:
+        """What to serve for ``name``, which reads ``entry`` now: ``entry``, or the entry served before.
+
+        A file rewritten in place (``cp``, ``>``, many editors) is empty, and
+        then half written, for a moment. A change that would withdraw objects
+        the file serves (it leaves the file empty, or no longer names one of
+        them) is held back: the file keeps serving what it
+        served until it has been unchanged (same mtime, size and inode) for
+        the grace period, :data:`REWRITE_GRACE_S`; then what it says is
+        served. A change that withdraws nothing is served at once, and ends
+        the hold. Deleting the file is not held.
+        """
+        served = self._cache.get(name)
+        held = self._held.pop(name, None)
+        if served is None or entry.digest == served.digest or not self._withdraws(name, entry.result):
+            return entry
+        now = time.monotonic()
+        since = held[1] if held is not None and held[0].stat == entry.stat else now
+        if now - since >= self._grace_s:
+            log.info("%s: unchanged for %.1f s; serving what it says now", name, now - since)
+            return entry
+        if held is None:
+            log.info("%s: holding back a change that withdraws objects until it settles", name)
+        self._held[name] = (entry, since)
+        return served
+
+    def _withdraws(self, name: str, result: FileResult) -> bool:
+        """Whether ``result`` drops an object ``name`` serves.
+
+        An unreadable file drops none: it keeps serving what it served
+        (:meth:`_assemble_file`) until it reads again.
+        """
+        served = self._served_by_file.get(name, ())
+        if not served or result.fatal is not None:
+            return False
+        named = {doc.key for doc in result.documents if doc.key is not None}
+        return any(loaded.object.key not in named for loaded in served)
+
+    def _held_until(self) -> float | None:
+        """Seconds until the first held file is due to be served as it is, ``None`` if none is held."""
+        if not self._held:
+            return None
+        now = time.monotonic()
+        return max(0.0, min(since + self._grace_s - now for _, since in self._held.values()))
 
     def _publish(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
@@ -474,8 +544,12 @@ _BURST_PATHS = 8
 _MAX_HOLD_S = 2.0
 
 
-async def _next_batch(queue: asyncio.Queue[set[str] | None], settle_s: float) -> tuple[set[str], bool]:
+async def _next_batch(
+    queue: asyncio.Queue[set[str] | None], settle_s: float, wake_s: float | None = None
+) -> tuple[set[str], bool]:
     """Wait for changes, then take every batch already queued: (paths changed, re-arm needed).
+
+    With ``wake_s``, return (nothing changed) after that long without changes.
 
     A batch that looks unfinished is held until no further batch has come
     for ``settle_s`` (at most :data:`_MAX_HOLD_S` in all), so that a burst is
@@ -487,7 +561,11 @@ async def _next_batch(queue: asyncio.Queue[set[str] | None], settle_s: float) ->
     changed: set[str] = set()
     rearm = False
     loop = asyncio.get_running_loop()
-    item = await queue.get()
+    try:
+        async with asyncio.timeout(wake_s):
+            item = await queue.get()
+    except TimeoutError:
+        return changed, rearm
     deadline = loop.time() + _MAX_HOLD_S
     while True:
         if item is None:
