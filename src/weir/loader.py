@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -340,14 +340,16 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
 class Assembler:
     """The checks that span documents and files, applied as documents are added in order.
 
-    The first object with a key wins; a later one is an error naming the
-    first. Documents of kinds weir does not read give one warning per
+    The first object with a key wins, unless ``owners`` names the
+    definition (file, line) that wins it; any other is an error naming the
+    winner. Documents of kinds weir does not read give one warning per
     ``(apiVersion, kind)``, at the first such document, with the count.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, owners: Mapping[ObjectKey, tuple[str, int]] | None = None) -> None:
         self._problems: list[Problem | None] = []
-        self._first: dict[ObjectKey, tuple[str, int]] = {}
+        self._first: dict[ObjectKey, tuple[str, int]] = dict(owners or {})
+        self._claimed: set[ObjectKey] = set()
         self._unknown: dict[tuple[str, str], _UnknownKind] = {}
 
     def problem(self, *problems: Problem) -> None:
@@ -368,10 +370,11 @@ class Assembler:
             entry.count += 1
 
     def claim(self, key: ObjectKey, file: str, line: int, label: str | None = None) -> bool:
-        """True if ``key`` is first seen here; otherwise record the duplicate and return False."""
+        """True if this definition wins ``key``; otherwise record the duplicate and return False."""
         first = self._first.get(key)
-        if first is None:
+        if first is None or (first == (file, line) and key not in self._claimed):
             self._first[key] = (file, line)
+            self._claimed.add(key)
             return True
         self._problems.append(
             Problem(

@@ -204,3 +204,27 @@ async def test_a_served_file_rewritten_in_place_keeps_serving_throughout(weir: W
         assert len(answers) > 100
         assert failed == []
         assert [p for p in (await weir.admin_status())["problems"]] == []
+
+
+async def test_a_new_file_redefining_a_served_route_does_not_take_it_over(weir: Weir) -> None:
+    """``a-dup.yaml`` redefining HTTPRoute ``good`` took it over (``/good`` went 200 to 404)."""
+    upstream = ("127.0.0.2", free_port("127.0.0.2"))
+    async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
+        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
+        good = weir.write("good.yaml", route("good", upstream))
+        await weir.start()
+        async with httpx.AsyncClient(timeout=5) as client:
+            await serves(client, weir.url("/good"))
+            dup = route("good", upstream).replace("value: /good", "value: /taken")
+            path = weir.write("a-dup.yaml", dup.split("---\n")[0])
+
+            async def reported() -> list[dict[str, object]]:
+                return [p for p in (await weir.admin_status())["problems"] if p["severity"] == "error"]
+
+            [problem], _ = await eventually(reported, timeout=5)
+            assert problem["file"] == str(path)
+            assert problem["object"] == "HTTPRoute default/good"
+            assert str(problem["message"]).startswith(f"Duplicate value: already defined at {good}:1")
+            for _ in range(5):
+                assert await get(client, weir.url("/good")) == 200
+                assert await get(client, weir.url("/taken")) == 404

@@ -112,3 +112,44 @@ async def test_a_change_that_withdraws_nothing_is_served_at_once_and_ends_the_ho
         assert (port_of(snapshot, "web"), port_of(snapshot, "api"), port_of(snapshot, "new")) == (90, 91, 92)
         await asyncio.sleep(REWRITE_GRACE_S + 0.2)
         assert watch.queue.empty()
+
+
+async def test_a_new_file_redefining_a_served_object_is_the_error_wherever_it_sorts(tree: Path) -> None:
+    """``a-dup.yaml`` redefining an object ``web.yaml`` serves took it over (its name sorts first)."""
+    provider = FilesProvider([tree])
+    provider.load()
+    web, dup = tree / "web.yaml", tree / "a-dup.yaml"
+    async with watching(provider) as watch:
+        snapshot = await watch.change(
+            lambda: dup.write_text(namespace("extra") + "---\n" + service("api", 99))
+        )
+        assert port_of(snapshot, "api") == 81
+        assert snapshot.resources.namespace("extra") is not None  # the rest of the newcomer serves
+        assert messages(snapshot) == [
+            f"{dup}:6: Service default/api: Duplicate value: already defined at {web}:9; "
+            "this definition is ignored"
+        ]
+        # The served definition moves within its file: still it.
+        snapshot = await watch.change(
+            lambda: web.write_text(service("api", 82) + "---\n" + service("web", 80))
+        )
+        assert port_of(snapshot, "api") == 82
+        assert messages(snapshot) == [
+            f"{dup}:6: Service default/api: Duplicate value: already defined at {web}:1; "
+            "this definition is ignored"
+        ]
+        # Once web.yaml no longer defines it, the other definition is served.
+        snapshot = await watch.change(
+            lambda: web.write_text(service("web", 80)), deadline=REWRITE_GRACE_S + 1
+        )
+        assert port_of(snapshot, "api") == 99
+        assert snapshot.problems == ()
+    # At start, nothing is served yet: the first definition in reading order (sorted paths) wins.
+    snapshot = FilesProvider([tree]).load()
+    assert port_of(snapshot, "api") == 99
+    web.write_text(service("web", 80) + "---\n" + service("api", 81))
+    snapshot = FilesProvider([tree]).load()
+    assert port_of(snapshot, "api") == 99
+    assert messages(snapshot) == [
+        f"{web}:9: Service default/api: Duplicate value: already defined at {dup}:6; this definition is ignored"
+    ]

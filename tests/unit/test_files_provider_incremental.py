@@ -132,20 +132,23 @@ def test_a_broken_file_keeps_its_objects_whatever_other_files_do(tmp_path: Path)
     provider.load()
     b.write_text("kind: [unclosed\n")
     provider._reload({os.path.abspath(b)})
-    # a.yaml (read first) now names y too: its y is served, b.yaml's kept y is a duplicate...
+    # a.yaml (read first) now names y too: b.yaml's kept y is served already and stays; a.yaml's
+    # is the duplicate...
     a.write_text(service("x", 1) + "---\n" + service("y", 2))
     provider._reload({os.path.abspath(a)})
     duplicate = (
-        f"{b}:1: Service default/y: Duplicate value: already defined at {a}:9; this definition is ignored"
+        f"{a}:9: Service default/y: Duplicate value: already defined at {b}:1; this definition is ignored"
     )
     snapshot = provider.snapshot
     assert snapshot is not None and duplicate in [str(p) for p in snapshot.problems]
+    assert snapshot.origins[ObjectKey("Service", "default", "y")] == (str(b), 1)
     # ...and stays one when the files are read again for another change,
     c.write_text(service("z", 2))
     provider._reload(set())
     snapshot = provider.snapshot
     assert snapshot is not None and duplicate in [str(p) for p in snapshot.problems]
-    # until a.yaml gives y up: b.yaml serves its kept y again.
+    assert snapshot.origins[ObjectKey("Service", "default", "y")] == (str(b), 1)
+    # and when a.yaml gives y up, b.yaml serves its kept y as before.
     a.write_text(service("x", 1))
     provider._reload({os.path.abspath(a)})
     snapshot = provider.snapshot

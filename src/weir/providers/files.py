@@ -13,6 +13,12 @@ Bad input never takes down good traffic:
 * an object that becomes invalid keeps its last valid version (as the API
   server keeps the stored object when it rejects an update); an object that
   was never valid is skipped;
+* a change that would withdraw objects from a file (it is empty, or no
+  longer names one of them: ``cp`` and ``>`` truncate, then write) is held
+  until the file has been unchanged for :data:`REWRITE_GRACE_S`;
+* when two files define one object, the one already served keeps serving
+  and the other definition is the error (at start, the first in reading
+  order wins);
 * a file or an object that is deleted disappears;
 * everything else is served.
 
@@ -383,7 +389,7 @@ class FilesProvider:
 
     def _build(self, missing: list[Problem]) -> Snapshot:
         """Assemble every file (in order) into a snapshot, with the checks that span files."""
-        asm = Assembler()
+        asm = Assembler(self._owners())
         asm.problem(*missing)
         served: list[Loaded] = []
         served_by_file: dict[str, tuple[Loaded, ...]] = {}
@@ -427,6 +433,30 @@ class FilesProvider:
             origins=MappingProxyType({key: (loaded.file, loaded.line) for key, loaded in by_key.items()}),
             changed=self._changed_since(resources),
         )
+
+    def _owners(self) -> dict[ObjectKey, tuple[str, int]]:
+        """Which definition wins each key served now that two files or more define (see below).
+
+        An object keeps being served from the file that serves it: another
+        file that defines it too is the error, wherever its name sorts. That
+        file's first definition wins, even at another line now. Where no
+        file that defines a key serves it (at start, say), the first
+        definition in reading order wins (:class:`Assembler`).
+        """
+        if self._snapshot is None:
+            return {}
+        origins = self._snapshot.origins
+        owners: dict[ObjectKey, tuple[str, int]] = {}
+        for file, cached in self._cache.items():
+            if cached.result.fatal is not None:
+                named = [(loaded.object.key, loaded.line) for loaded in self._served_by_file.get(file, ())]
+            else:
+                named = [(doc.key, doc.line) for doc in cached.result.documents if doc.key is not None]
+            for key, line in named:
+                origin = origins.get(key)
+                if origin is not None and origin[0] == file and key not in owners:
+                    owners[key] = (file, line)
+        return owners
 
     def _build_edited(self, edited: set[str]) -> Snapshot | None:
         """The snapshot after ``edited`` files changed, assembling only them; ``None`` if it cannot be.
