@@ -151,5 +151,6 @@ async def test_a_new_file_redefining_a_served_object_is_the_error_wherever_it_so
     snapshot = FilesProvider([tree]).load()
     assert port_of(snapshot, "api") == 99
     assert messages(snapshot) == [
-        f"{web}:9: Service default/api: Duplicate value: already defined at {dup}:6; this definition is ignored"
+        f"{web}:9: Service default/api: Duplicate value: already defined at {dup}:6; "
+        "this definition is ignored"
     ]
