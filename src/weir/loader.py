@@ -28,8 +28,10 @@ Reading the YAML itself (Kubernetes' typing rules, line numbers) is
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,8 @@ __all__ = [
     "manifest_files",
     "parse_bytes",
     "parse_text",
+    "read_bytes",
+    "unreadable",
 ]
 
 #: File name endings read when walking a folder (a file named explicitly is always read).
@@ -455,10 +459,45 @@ def read_file(path: str | os.PathLike[str]) -> FileResult:
     """Read and parse one file into a :class:`FileResult`."""
     file = os.fspath(path)
     try:
-        raw = Path(file).read_bytes()
+        raw = read_bytes(file)
     except OSError as err:
-        return FileResult(file, (), Problem("error", file, None, None, None, f"cannot read: {err.strerror}"))
+        return FileResult(file, (), unreadable(file, err))
     return parse_bytes(raw, file)
+
+
+class NotRegularFile(OSError):
+    """A manifest path that is a named pipe, a socket, a device...: never opened for reading."""
+
+
+_NOT_REGULAR = {
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def read_bytes(file: str) -> bytes:
+    """The content of ``file`` if it is a regular file; raises :class:`OSError` otherwise.
+
+    Never blocks: opening a named pipe for reading waits for a writer (a FIFO
+    named ``x.yaml`` once stopped every reload, and SIGTERM with it), so
+    the file is opened without blocking and read only if it is regular
+    (:class:`NotRegularFile` if not).
+    """
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with open(fd, "rb", closefd=True) as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
+            raise NotRegularFile(errno.EINVAL, f"{what}, not a regular file; skipped")
+        return handle.read()
+
+
+def unreadable(file: str, err: OSError) -> Problem:
+    """The problem for a manifest file that cannot be read."""
+    return Problem("error", file, None, None, None, f"cannot read: {err.strerror or err}")
 
 
 # ------------------------------------------------------------------ files and folders

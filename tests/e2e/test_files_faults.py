@@ -7,6 +7,10 @@ weir and a real Envoy, and sends requests only to loopback addresses.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -228,3 +232,47 @@ async def test_a_new_file_redefining_a_served_route_does_not_take_it_over(weir: 
             for _ in range(5):
                 assert await get(client, weir.url("/good")) == 200
                 assert await get(client, weir.url("/taken")) == 404
+
+
+async def test_weir_run_starts_past_a_named_pipe_and_a_bad_value_and_sigterm_stops_it(tmp_path: Path) -> None:
+    """`weir run` hung at start on a FIFO named *.yaml (SIGTERM did not stop it), and exited on
+    ``!!int abc`` with ``invalid literal for int()`` naming no file. Now both are problems in /status."""
+    upstream = ("127.0.0.2", free_port("127.0.0.2"))
+    gateway_port, admin_port = free_port(), free_port()
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "gw.yaml").write_text(GATEWAY_HEAD.format(port=gateway_port))
+    (folder / "web.yaml").write_text(route("web", upstream))
+    bad = (
+        route("bad", upstream)
+        + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {n: !!int abc}\n"
+    )
+    (folder / "bad.yaml").write_text(bad)
+    os.mkfifo(folder / "pipe.yaml")
+    weir_bin = Path(sys.executable).with_name("weir")
+    command = [str(weir_bin), "run", "-f", str(folder), "--admin-address", f"127.0.0.1:{admin_port}"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        async with RecordingUpstream("a", host=upstream[0], port=upstream[1]), httpx.AsyncClient() as client:
+
+            async def ready() -> bool:
+                return await get(client, f"http://127.0.0.1:{admin_port}/ready") == 200
+
+            await eventually(ready, timeout=30, interval=0.1)
+            await serves(client, f"http://127.0.0.1:{gateway_port}/web")
+            problems = (await client.get(f"http://127.0.0.1:{admin_port}/status")).json()["problems"]
+            assert sorted((p["file"], p["message"]) for p in problems) == [
+                (
+                    str(folder / "bad.yaml"),
+                    'invalid YAML: "abc" is not a valid !!int '
+                    "(invalid literal for int() with base 10: 'abc')",
+                ),
+                (str(folder / "pipe.yaml"), "cannot read: a named pipe, not a regular file; skipped"),
+            ]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -8,12 +8,17 @@ empty in between; see also tests/e2e/test_files_faults.py (through Envoy).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_files_provider import messages, namespace, port_of, service, watching
 
+from weir import loader
 from weir.providers.files import REWRITE_GRACE_S, FilesProvider, Snapshot
 
 pytestmark = pytest.mark.timeout(60)
@@ -154,3 +159,46 @@ async def test_a_new_file_redefining_a_served_object_is_the_error_wherever_it_so
         f"{web}:9: Service default/api: Duplicate value: already defined at {dup}:6; "
         "this definition is ignored"
     ]
+
+
+@contextlib.contextmanager
+def fifo(path: Path) -> Iterator[Path]:
+    """A named pipe at ``path``; on the way out, a reader stuck opening it (old code) is let go."""
+    os.mkfifo(path)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):  # ENXIO: nobody is opening it for reading
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+
+async def test_a_named_pipe_never_blocks_the_provider_and_is_one_problem(tree: Path) -> None:
+    """A FIFO named ``*.yaml`` blocked the provider forever: no reload, nothing reported."""
+    with fifo(tree / "pipe.yaml") as pipe:
+        provider = FilesProvider([tree])
+        snapshot = await asyncio.wait_for(asyncio.to_thread(provider.load), 5)
+        assert port_of(snapshot, "web") == 80
+        assert messages(snapshot) == [f"{pipe}: cannot read: a named pipe, not a regular file; skipped"]
+        async with watching(provider) as watch:
+            text = service("web", 90) + "---\n" + service("api", 81)
+            snapshot = await watch.change(lambda: (tree / "web.yaml").write_text(text))
+            assert port_of(snapshot, "web") == 90
+            assert len(snapshot.problems) == 1
+            # Named explicitly, too.
+            snapshot = await asyncio.wait_for(asyncio.to_thread(FilesProvider([pipe]).load), 5)
+            assert messages(snapshot) == [f"{pipe}: cannot read: a named pipe, not a regular file; skipped"]
+
+
+def test_validate_skips_a_named_pipe_and_a_device_with_a_problem(tree: Path) -> None:
+    os.symlink("/dev/zero", tree / "zero.yaml")
+    with fifo(tree / "pipe.yaml") as pipe:
+        done: list[loader.LoadReport] = []
+        thread = threading.Thread(target=lambda: done.append(loader.load_paths([tree])), daemon=True)
+        thread.start()
+        thread.join(5)
+        assert done, "load_paths blocked"
+        assert [str(p) for p in done[0].problems] == [
+            f"{pipe}: cannot read: a named pipe, not a regular file; skipped",
+            f"{tree}/zero.yaml: cannot read: a character device, not a regular file; skipped",
+        ]
+        assert len(done[0].objects) == 3

@@ -49,6 +49,8 @@ from weir.loader import (
     gc_paused,
     manifest_files,
     parse_bytes,
+    read_bytes,
+    unreadable,
 )
 from weir.resources import Resources, copy_mapping
 
@@ -298,11 +300,9 @@ class FilesProvider:
         if latest is not None and latest.stat == stat and not force:
             return self._hold(name, latest)
         try:
-            with open(name, "rb") as file:
-                raw = file.read()
+            raw = read_bytes(name)
         except OSError as err:
-            problem = Problem("error", name, None, None, None, f"cannot read: {err.strerror}")
-            return self._hold(name, _Cached(stat, b"", FileResult(name, (), problem)))
+            return self._hold(name, _Cached(stat, b"", FileResult(name, (), unreadable(name, err))))
         digest = hashlib.blake2b(raw, digest_size=16).digest()
         if latest is not None and latest.digest == digest:
             return self._hold(name, replace(latest, stat=stat))
