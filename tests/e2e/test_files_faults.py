@@ -276,3 +276,24 @@ async def test_weir_run_starts_past_a_named_pipe_and_a_bad_value_and_sigterm_sto
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_a_malformed_status_in_a_manifest_is_ignored(weir: Weir) -> None:
+    """``status: {parents: 5}`` passed validation and made translation raise; no change applied after."""
+    upstream = ("127.0.0.2", free_port("127.0.0.2"))
+    async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
+        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
+        weir.write("web.yaml", route("web", upstream))
+        await weir.start()
+        async with httpx.AsyncClient(timeout=5) as client:
+            await serves(client, weir.url("/web"))
+            text = route("odd", upstream).replace("---\n", "status: {parents: 5}\n---\n", 1)
+            weir.write("odd.yaml", text)
+            await serves(client, weir.url("/odd"))
+            weir.write("more.yaml", route("more", upstream))
+            await serves(client, weir.url("/more"))
+            data = await weir.admin_status()
+            assert data["dataPlane"]["translationError"] is None
+            assert data["problems"] == []
+            odd = weir.status_of("HTTPRoute", "default", "odd")
+            assert [p["controllerName"] for p in odd["parents"]] == ["weir.dev/gateway-controller"]
