@@ -47,6 +47,7 @@ from weir.api.errors import api_errors, show_value
 from weir.api.meta import KubeObject, ObjectKey
 
 __all__ = [
+    "INTERNAL_ERROR",
     "MANIFEST_SUFFIXES",
     "Assembler",
     "Document",
@@ -181,8 +182,25 @@ def _label(kind: str, namespace: str, name: str) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
+#: Starts the problem for input that made the loader itself fail (a bug): the file is then
+#: one problem, as if unreadable, rather than an exception that would stop a watcher.
+INTERNAL_ERROR = "internal error while reading this file (please report it)"
+
+
 def parse_text(text: str, file: str) -> FileResult:
-    """Parse and validate every object in ``text`` (one file) without cross-file checks."""
+    """Parse and validate every object in ``text`` (one file) without cross-file checks.
+
+    Never raises: anything wrong with the input is a problem; were reading
+    it to fail anyway (a bug), the file is one :data:`INTERNAL_ERROR` problem.
+    """
+    try:
+        return _parse_text(text, file)
+    except Exception as exc:  # the last resort: a watcher must never die of a file's content
+        message = f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}"
+        return FileResult(file, (), Problem("error", file, None, None, None, message[:500]))
+
+
+def _parse_text(text: str, file: str) -> FileResult:
     try:
         composed = yamlsource.compose(text)
     except yaml.YAMLError as err:
