@@ -12,11 +12,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-from weir_harness import GATEWAY_HEAD, Weir, eventually, pid_alive
+from weir_harness import GATEWAY_HEAD, Weir, eventually, pid_alive, stopped_after
 
 from weir.controller import Controller, Options, ProviderSnapshot
 from weir.providers.files import FilesProvider
@@ -30,13 +31,31 @@ pytestmark = pytest.mark.timeout(120)
 async def weir(tmp_path: Path) -> AsyncIterator[Weir]:
     folder = tmp_path / "manifests"
     folder.mkdir()
-    harness = Weir(folder, None, free_port())
-    try:
+    async with stopped_after(Weir(folder, None, free_port())) as harness:
         yield harness
-    finally:
-        await harness.stop()
-        for pid in harness.envoy_pids:
-            assert not pid_alive(pid), f"Envoy {pid} survived stop()"
+
+
+@asynccontextmanager
+async def serving(weir: Weir, name: str) -> AsyncIterator[tuple[tuple[str, int], httpx.AsyncClient, Path]]:
+    """weir started with a Gateway and the route ``/NAME`` (in NAME.yaml) answering 200.
+
+    Yields the upstream's address, a client and the route's file.
+    """
+    upstream = ("127.0.0.2", free_port("127.0.0.2"))
+    async with (
+        RecordingUpstream("a", host=upstream[0], port=upstream[1]),
+        httpx.AsyncClient(timeout=5) as client,
+    ):
+        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
+        path = weir.write(f"{name}.yaml", route(name, upstream))
+        await weir.start()
+        await serves(client, weir.url(f"/{name}"))
+        yield upstream, client, path
+
+
+async def errors(weir: Weir) -> list[dict[str, object]]:
+    """The errors /status lists now."""
+    return [p for p in (await weir.admin_status())["problems"] if p["severity"] == "error"]
 
 
 def route(name: str, upstream: tuple[str, int], *, extra: str = "") -> str:
@@ -84,34 +103,24 @@ async def serves(client: httpx.AsyncClient, url: str, timeout: float = 5) -> Non
 
 async def test_a_value_yaml_cannot_build_is_reported_and_later_edits_are_served(weir: Weir) -> None:
     """``!!bool maybe`` killed the watcher silently: every later edit, even the fix, was ignored."""
-    upstream = ("127.0.0.2", free_port("127.0.0.2"))
-    async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
-        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
+    async with serving(weir, "good") as (upstream, client, path):
         good = route("good", upstream)
-        path = weir.write("good.yaml", good)
-        await weir.start()
-        async with httpx.AsyncClient(timeout=5) as client:
-            assert await get(client, weir.url("/good")) == 200
-            bad = route("good", upstream, extra=", publishNotReadyAddresses: !!bool maybe")
-            weir.write("good.yaml", bad)
-
-            async def reported() -> list[dict[str, object]]:
-                return [p for p in (await weir.admin_status())["problems"] if p["severity"] == "error"]
-
-            [problem], _ = await eventually(reported, timeout=5)
-            assert problem["file"] == str(path)
-            assert problem["line"] == next(i for i, line in enumerate(bad.splitlines(), 1) if "maybe" in line)
-            assert problem["object"] == "Service default/good"
-            assert problem["field"] == "spec.publishNotReadyAddresses"
-            assert str(problem["message"]).startswith('invalid YAML: "maybe" is not a valid !!bool')
-            assert await get(client, weir.url("/good")) == 200  # the file's last good objects serve
-            # The watcher is alive: a new route is served, and so is the fix.
-            weir.write("more.yaml", route("more", upstream))
-            await serves(client, weir.url("/more"))
-            weir.write("good.yaml", good.replace("value: /good", "value: /fixed"))
-            await serves(client, weir.url("/fixed"))
-            assert await reported() == []
-            assert await get(client, weir.url("/good")) == 404
+        bad = route("good", upstream, extra=", publishNotReadyAddresses: !!bool maybe")
+        weir.write("good.yaml", bad)
+        [problem], _ = await eventually(lambda: errors(weir), timeout=5)
+        assert problem["file"] == str(path)
+        assert problem["line"] == next(i for i, line in enumerate(bad.splitlines(), 1) if "maybe" in line)
+        assert problem["object"] == "Service default/good"
+        assert problem["field"] == "spec.publishNotReadyAddresses"
+        assert str(problem["message"]).startswith('invalid YAML: "maybe" is not a valid !!bool')
+        assert await get(client, weir.url("/good")) == 200  # the file's last good objects serve
+        # The watcher is alive: a new route is served, and so is the fix.
+        weir.write("more.yaml", route("more", upstream))
+        await serves(client, weir.url("/more"))
+        weir.write("good.yaml", good.replace("value: /good", "value: /fixed"))
+        await serves(client, weir.url("/fixed"))
+        assert await errors(weir) == []
+        assert await get(client, weir.url("/good")) == 404
 
 
 class _FailsOnce:
@@ -171,67 +180,51 @@ async def test_a_provider_that_raises_is_reported_and_read_again(tmp_path: Path)
 
 async def test_a_served_file_rewritten_in_place_keeps_serving_throughout(weir: Weir) -> None:
     """``cp``/``>`` truncate, then write: 42 of 356 requests failed during three such rewrites."""
-    upstream = ("127.0.0.2", free_port("127.0.0.2"))
-    async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
-        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
-        text = route("web", upstream)
-        path = weir.write("web.yaml", text)
-        await weir.start()
+    async with serving(weir, "web") as (_, client, path):
+        text = path.read_text()
         answers: list[int] = []
         writing = True
 
-        async def load(client: httpx.AsyncClient) -> None:
+        async def load() -> None:
             while writing:
                 answers.append(await get(client, weir.url("/web")))
                 await asyncio.sleep(0.005)
 
-        async with httpx.AsyncClient(timeout=5) as client:
-            await serves(client, weir.url("/web"))
-            requests = asyncio.create_task(load(client))
-            try:
-                for pause in (0.3, 0.05, 0.2, 0.1, 0.3, 0.05):
-                    with path.open("w"):  # truncated, as cp and > do first
-                        pass
-                    await asyncio.sleep(pause)
-                    with path.open("w") as file:  # then written (in two parts, as a slow writer)
-                        file.write(text[: len(text) // 2])
-                        file.flush()
-                        await asyncio.sleep(0.05)
-                        file.write(text[len(text) // 2 :])
-                    await asyncio.sleep(0.1)
-                await asyncio.sleep(1.5)  # past the grace: nothing withdrawn late either
-            finally:
-                writing = False
-                await requests
+        requests = asyncio.create_task(load())
+        try:
+            for pause in (0.3, 0.05, 0.2, 0.1, 0.3, 0.05):
+                with path.open("w"):  # truncated, as cp and > do first
+                    pass
+                await asyncio.sleep(pause)
+                with path.open("w") as file:  # then written (in two parts, as a slow writer)
+                    file.write(text[: len(text) // 2])
+                    file.flush()
+                    await asyncio.sleep(0.05)
+                    file.write(text[len(text) // 2 :])
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.5)  # past the grace: nothing withdrawn late either
+        finally:
+            writing = False
+            await requests
         failed = [code for code in answers if code != 200]
         print(f"{len(answers)} requests, {len(failed)} failed")
         assert len(answers) > 100
         assert failed == []
-        assert [p for p in (await weir.admin_status())["problems"]] == []
+        assert await errors(weir) == []
 
 
 async def test_a_new_file_redefining_a_served_route_does_not_take_it_over(weir: Weir) -> None:
     """``a-dup.yaml`` redefining HTTPRoute ``good`` took it over (``/good`` went 200 to 404)."""
-    upstream = ("127.0.0.2", free_port("127.0.0.2"))
-    async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
-        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
-        good = weir.write("good.yaml", route("good", upstream))
-        await weir.start()
-        async with httpx.AsyncClient(timeout=5) as client:
-            await serves(client, weir.url("/good"))
-            dup = route("good", upstream).replace("value: /good", "value: /taken")
-            path = weir.write("a-dup.yaml", dup.split("---\n")[0])
-
-            async def reported() -> list[dict[str, object]]:
-                return [p for p in (await weir.admin_status())["problems"] if p["severity"] == "error"]
-
-            [problem], _ = await eventually(reported, timeout=5)
-            assert problem["file"] == str(path)
-            assert problem["object"] == "HTTPRoute default/good"
-            assert str(problem["message"]).startswith(f"Duplicate value: already defined at {good}:1")
-            for _ in range(5):
-                assert await get(client, weir.url("/good")) == 200
-                assert await get(client, weir.url("/taken")) == 404
+    async with serving(weir, "good") as (upstream, client, good):
+        dup = route("good", upstream).replace("value: /good", "value: /taken")
+        path = weir.write("a-dup.yaml", dup.split("---\n")[0])
+        [problem], _ = await eventually(lambda: errors(weir), timeout=5)
+        assert problem["file"] == str(path)
+        assert problem["object"] == "HTTPRoute default/good"
+        assert str(problem["message"]).startswith(f"Duplicate value: already defined at {good}:1")
+        for _ in range(5):
+            assert await get(client, weir.url("/good")) == 200
+            assert await get(client, weir.url("/taken")) == 404
 
 
 async def test_weir_run_starts_past_a_named_pipe_and_a_bad_value_and_sigterm_stops_it(tmp_path: Path) -> None:
@@ -280,20 +273,14 @@ async def test_weir_run_starts_past_a_named_pipe_and_a_bad_value_and_sigterm_sto
 
 async def test_a_malformed_status_in_a_manifest_is_ignored(weir: Weir) -> None:
     """``status: {parents: 5}`` passed validation and made translation raise; no change applied after."""
-    upstream = ("127.0.0.2", free_port("127.0.0.2"))
-    async with RecordingUpstream("a", host=upstream[0], port=upstream[1]):
-        weir.write("gw.yaml", GATEWAY_HEAD.format(port=weir.gateway_port))
-        weir.write("web.yaml", route("web", upstream))
-        await weir.start()
-        async with httpx.AsyncClient(timeout=5) as client:
-            await serves(client, weir.url("/web"))
-            text = route("odd", upstream).replace("---\n", "status: {parents: 5}\n---\n", 1)
-            weir.write("odd.yaml", text)
-            await serves(client, weir.url("/odd"))
-            weir.write("more.yaml", route("more", upstream))
-            await serves(client, weir.url("/more"))
-            data = await weir.admin_status()
-            assert data["dataPlane"]["translationError"] is None
-            assert data["problems"] == []
-            odd = weir.status_of("HTTPRoute", "default", "odd")
-            assert [p["controllerName"] for p in odd["parents"]] == ["weir.dev/gateway-controller"]
+    async with serving(weir, "web") as (upstream, client, _):
+        text = route("odd", upstream).replace("---\n", "status: {parents: 5}\n---\n", 1)
+        weir.write("odd.yaml", text)
+        await serves(client, weir.url("/odd"))
+        weir.write("more.yaml", route("more", upstream))
+        await serves(client, weir.url("/more"))
+        data = await weir.admin_status()
+        assert data["dataPlane"]["translationError"] is None
+        assert data["problems"] == []
+        odd = weir.status_of("HTTPRoute", "default", "odd")
+        assert [p["controllerName"] for p in odd["parents"]] == ["weir.dev/gateway-controller"]

@@ -119,6 +119,25 @@ async def test_a_change_that_withdraws_nothing_is_served_at_once_and_ends_the_ho
         assert watch.queue.empty()
 
 
+async def test_a_file_renamed_over_the_manifest_is_served_at_once_unless_empty(tree: Path) -> None:
+    """Renamed over it, the file was written whole elsewhere: its deletions need no wait."""
+    provider = FilesProvider([tree])
+    provider.load()
+    path = tree / "web.yaml"
+    tmp = tree / ".web.yaml.tmp"
+    async with watching(provider) as watch:
+        tmp.write_text(service("web", 80))
+        started = time.monotonic()
+        snapshot = await watch.change(lambda: os.replace(tmp, path))
+        assert time.monotonic() - started < 0.5
+        assert port_of(snapshot, "web") == 80 and port_of(snapshot, "api") is None
+        tmp.write_text("")
+        started = time.monotonic()
+        snapshot = await watch.change(lambda: os.replace(tmp, path), deadline=REWRITE_GRACE_S + 1)
+        assert time.monotonic() - started >= REWRITE_GRACE_S  # an empty file is held even so
+        assert port_of(snapshot, "web") is None
+
+
 async def test_a_new_file_redefining_a_served_object_is_the_error_wherever_it_sorts(tree: Path) -> None:
     """``a-dup.yaml`` redefining an object ``web.yaml`` serves took it over (its name sorts first)."""
     provider = FilesProvider([tree])

@@ -394,12 +394,17 @@ def check(neighbour_docs: list[Any], docs: list[Any], mutated: str | bytes) -> N
 seeds = st.sampled_from(SEEDS)
 
 
+def _case(data: st.DataObject) -> tuple[list[Any], list[Any], int]:
+    """Drawn: the documents of a neighbours' file, those of the file to mutate, and which to mutate."""
+    neighbours = data.draw(seeds, label="neighbours")[1]
+    docs = data.draw(seeds, label="seed")[1]
+    return neighbours, docs, data.draw(st.integers(0, len(docs) - 1), label="document")
+
+
 @settings(settings.get_profile("weir-fuzz"), max_examples=_examples(150))
 @given(st.data())
 def test_mutated_data_is_reported_never_raised(data: st.DataObject) -> None:
-    _, docs = data.draw(seeds, label="seed")
-    neighbours = data.draw(seeds, label="neighbours")[1]
-    i = data.draw(st.integers(0, len(docs) - 1), label="document")
+    neighbours, docs, i = _case(data)
     doc = data.draw(mutated_data(_copy(docs[i])), label="mutated")
     try:
         text = _dump(doc)
@@ -411,9 +416,7 @@ def test_mutated_data_is_reported_never_raised(data: st.DataObject) -> None:
 @settings(settings.get_profile("weir-fuzz"), max_examples=_examples(150))
 @given(st.data())
 def test_mutated_text_is_reported_never_raised(data: st.DataObject) -> None:
-    _, docs = data.draw(seeds, label="seed")
-    neighbours = data.draw(seeds, label="neighbours")[1]
-    i = data.draw(st.integers(0, len(docs) - 1), label="document")
+    neighbours, docs, i = _case(data)
     text = data.draw(mutated_text(_dump(docs[i])), label="mutated")
     check(neighbours, docs[:i], text)
 
@@ -421,12 +424,11 @@ def test_mutated_text_is_reported_never_raised(data: st.DataObject) -> None:
 @settings(settings.get_profile("weir-fuzz"), max_examples=_examples(60))
 @given(st.data())
 def test_random_bytes_are_reported_never_raised(data: st.DataObject) -> None:
-    _, docs = data.draw(seeds, label="seed")
-    i = data.draw(st.integers(0, len(docs) - 1), label="document")
+    neighbours, docs, i = _case(data)
     text = _dump(docs[i]).encode()
     at = data.draw(st.integers(0, len(text)), label="at")
     junk = data.draw(st.binary(min_size=1, max_size=64), label="bytes")
-    check(SEEDS[0][1], docs[:i], text[:at] + junk + text[at:])
+    check(neighbours, docs[:i], text[:at] + junk + text[at:])
 
 
 def test_every_kind_weir_reads_is_a_seed() -> None:

@@ -13,9 +13,10 @@ Bad input never takes down good traffic:
 * an object that becomes invalid keeps its last valid version (as the API
   server keeps the stored object when it rejects an update); an object that
   was never valid is skipped;
-* a change that would withdraw objects from a file (it is empty, or no
-  longer names one of them: ``cp`` and ``>`` truncate, then write) is held
-  until the file has been unchanged for :data:`REWRITE_GRACE_S`;
+* a change made in place that would withdraw objects from a file (it is
+  empty, or no longer names one of them: ``cp`` and ``>`` truncate, then
+  write) is held until the file has been unchanged for
+  :data:`REWRITE_GRACE_S`;
 * when two files define one object, the one already served keeps serving
   and the other definition is the error (at start, the first in reading
   order wins);
@@ -317,16 +318,19 @@ class FilesProvider:
         A file rewritten in place (``cp``, ``>``, many editors) is empty, and
         then half written, for a moment. A change that would withdraw objects
         the file serves (it leaves the file empty, or no longer names one of
-        them) is held back: the file keeps serving what it
-        served until it has been unchanged (same mtime, size and inode) for
-        the grace period, :data:`REWRITE_GRACE_S`; then what it says is
-        served. A change that withdraws nothing is served at once, and ends
-        the hold. Deleting the file is not held.
+        them) is held back: the file keeps serving what it served until it
+        has been unchanged (same mtime, size and inode) for the grace period,
+        :data:`REWRITE_GRACE_S`; then what it says is served. Not held: a
+        change that withdraws nothing (served at once; it ends a hold), a
+        file that is another one now (a new inode: renamed over it, written
+        whole) unless it is empty, and deleting the file.
         """
         served = self._cache.get(name)
         held = self._held.pop(name, None)
         if served is None or entry.digest == served.digest or not self._withdraws(name, entry.result):
             return entry
+        if entry.stat[2] != served.stat[2] and entry.result.documents:
+            return entry  # another file renamed over this one: written whole before it came
         now = time.monotonic()
         since = held[1] if held is not None and held[0].stat == entry.stat else now
         if now - since >= self._grace_s:
