@@ -36,6 +36,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -79,6 +80,8 @@ SETTINGS = Settings(
 
 _PROFILE = os.environ.get("WEIR_FUZZ", "ci")
 _EXAMPLES = int(os.environ.get("WEIR_FUZZ_EXAMPLES", "0")) or {"ci": 0, "release": 20_000}.get(_PROFILE, 0)
+if _EXAMPLES:  # a long run: no per-test time limit (pytest-timeout's 120 s is for the CI profile)
+    pytestmark = pytest.mark.timeout(0)
 settings.register_profile(
     "weir-fuzz",
     deadline=None,
