@@ -439,12 +439,12 @@ class FilesProvider:
         )
 
     def _owners(self) -> dict[ObjectKey, tuple[str, int]]:
-        """Which definition wins each key served now that two files or more define (see below).
+        """For each key served now, the definition (file, line) that keeps it.
 
         An object keeps being served from the file that serves it: another
         file that defines it too is the error, wherever its name sorts. That
-        file's first definition wins, even at another line now. Where no
-        file that defines a key serves it (at start, say), the first
+        file's first definition of it wins, even if it moved to another line.
+        Where no file that defines a key serves it (at start, say), the first
         definition in reading order wins (:class:`Assembler`).
         """
         if self._snapshot is None:
