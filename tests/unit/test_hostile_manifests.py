@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from hypothesis import strategies as st
 from weir.api import registry
 from weir.api.meta import ObjectKey
 from weir.loader import INTERNAL_ERROR, FileResult, Loaded, Problem, assemble, parse_bytes
+from weir.providers.files import FilesProvider
 from weir.resources import Resources
 from weir.translate import Settings, translate
 from weir.translate.incremental import Translator
@@ -432,6 +434,38 @@ def test_random_bytes_are_reported_never_raised(data: st.DataObject) -> None:
     at = data.draw(st.integers(0, len(text)), label="at")
     junk = data.draw(st.binary(min_size=1, max_size=64), label="bytes")
     check(neighbours, docs[:i], text[:at] + junk + text[at:])
+
+
+@settings(settings.get_profile("weir-fuzz"), max_examples=_examples(20))
+@given(st.data())
+def test_the_files_provider_takes_any_sequence_of_edits(data: st.DataObject) -> None:
+    """The provider's own path (holds, duplicates, last valid versions) under mutated edits of one file.
+
+    Each edit is read as a watcher would name it; reading never raises, and
+    the objects of an untouched neighbour file are served throughout.
+    """
+    neighbours, docs, i = _case(data)
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "a-neighbours.yaml").write_text("---\n".join(_dump(d) for d in neighbours))
+        target = Path(folder, "f.yaml")
+        target.write_text("---\n".join(_dump(d) for d in docs))
+        provider = FilesProvider([folder], grace_s=data.draw(st.sampled_from([0.0, 60.0]), label="grace"))
+        expected = {
+            item.object.key
+            for item in assemble([parse_bytes(Path(folder, "a-neighbours.yaml").read_bytes(), "n")])[0]
+        }
+        snapshot = provider.load()
+        for _ in range(data.draw(st.integers(1, 3), label="edits")):
+            mutated = data.draw(st.one_of(mutated_text(_dump(docs[i])), st.just("")), label="edit")
+            target.write_bytes(
+                ("---\n".join(_dump(d) for d in docs[:i]) + "---\n" + mutated).encode(
+                    "utf-8", "surrogatepass"
+                )
+            )
+            provider._reload({os.path.abspath(target)})
+            snapshot = provider.snapshot or snapshot
+            assert expected <= set(snapshot.resources.objects)
+            _check_problems(list(snapshot.problems), {str(target), str(Path(folder, "a-neighbours.yaml"))})
 
 
 def test_every_kind_weir_reads_is_a_seed() -> None:
