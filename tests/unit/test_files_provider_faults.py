@@ -221,3 +221,20 @@ def test_validate_skips_a_named_pipe_and_a_device_with_a_problem(tree: Path) -> 
             f"{tree}/zero.yaml: cannot read: a character device, not a regular file; skipped",
         ]
         assert len(done[0].objects) == 3
+
+
+async def test_a_symbolic_link_to_nothing_is_one_problem_not_silence(tree: Path) -> None:
+    """It was dropped without a word (``weir validate`` reported it)."""
+    os.symlink(tree / "gone.yaml", tree / "dangling.yaml")
+    os.symlink(tree / "loop.yaml", tree / "loop.yaml")
+    provider = FilesProvider([tree])
+    snapshot = provider.load()
+    assert messages(snapshot) == [
+        f"{tree}/dangling.yaml: cannot read: No such file or directory",
+        f"{tree}/loop.yaml: cannot read: Too many levels of symbolic links",
+    ]
+    assert port_of(snapshot, "web") == 80
+    async with watching(provider) as watch:
+        snapshot = await watch.change(lambda: (tree / "gone.yaml").write_text(service("gone", 70)))
+        assert port_of(snapshot, "gone") == 70
+        assert messages(snapshot) == [f"{tree}/loop.yaml: cannot read: Too many levels of symbolic links"]

@@ -291,9 +291,14 @@ class FilesProvider:
         """
         try:
             st = os.stat(name)
-        except OSError:
-            self._held.pop(name, None)
-            return None
+        except OSError as err:
+            try:
+                link = os.lstat(name)  # a symbolic link to nothing, or a loop of them: the name is there
+            except OSError:
+                self._held.pop(name, None)
+                return None
+            stat = (link.st_mtime_ns, link.st_size, link.st_ino)
+            return _Cached(stat, b"", FileResult(name, (), unreadable(name, err)))
         stat = (st.st_mtime_ns, st.st_size, st.st_ino)
         served = self._cache.get(name)
         held = self._held.get(name)
