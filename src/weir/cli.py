@@ -495,7 +495,15 @@ def translate_cmd(
         denied_cidrs=egress_denied_cidrs,
         allowed_hostnames=egress_allowed_hostnames,
     )
-    result = translate(resources, settings)
+    try:
+        result = translate(resources, settings)
+        envoy = build.to_data(build.build(result.ir))
+    except Exception as exc:  # a bug: validated input must translate; say so rather than a traceback
+        err.print(
+            "[red]error[/red]: translation failed (a bug in weir, please report it): "
+            f"{type(exc).__name__}: {escape(str(exc))}"
+        )
+        raise typer.Exit(2) from None
     data = {
         "resources": [
             {
@@ -512,7 +520,7 @@ def translate_cmd(
         ],
         "problems": [p.to_data() for p in report.problems],
         "ir": ir.to_data(result.ir),
-        "envoy": build.to_data(build.build(result.ir)),
+        "envoy": envoy,
     }
     _dump(data, output)
     if report.errors:

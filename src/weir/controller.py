@@ -147,6 +147,7 @@ class _Current:
     snapshot: Snapshot | None = None
     problems: tuple[Problem, ...] = ()
     translate_error: str | None = None
+    provider_error: str | None = None
     state: DataPlaneState = field(default_factory=DataPlaneState)
     served_at: float = 0.0
 
@@ -343,8 +344,34 @@ class Controller:
     # ------------------------------------------------------------------ forward path
 
     async def _watch(self) -> None:
-        async for snapshot in self._provider.watch():
-            self._apply(snapshot)
+        """Apply every provider snapshot, whatever happens.
+
+        A provider that raises (a bug: providers report bad input as
+        problems) must not leave weir serving its last configuration while
+        ignoring every later change with nothing said: the failure is logged,
+        shown in ``/status`` (``dataPlane.providerError``) until a snapshot is
+        applied again, and the provider is read and watched again after
+        1, 2, 4 ... up to 30 s.
+        """
+        failures = 0
+        while True:
+            try:
+                if failures:
+                    self._apply(await asyncio.to_thread(self._provider.load))
+                    self._current.provider_error = None
+                async for snapshot in self._provider.watch():
+                    self._apply(snapshot)
+                    self._current.provider_error = None
+                    failures = 0
+                return
+            except Exception as exc:
+                delay = min(_WATCH_RETRY_MAX_S, 2.0**failures)
+                failures += 1
+                log.exception(
+                    "reading the input failed; the last configuration keeps serving; again in %.0f s", delay
+                )
+                self._current.provider_error = f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(delay)
 
     def _apply(self, provider_snapshot: ProviderSnapshot) -> None:
         """Translate, build and serve one provider snapshot; keep the last good one on failure.
@@ -615,6 +642,7 @@ class Controller:
                 "accepted": current.state.accepted,
                 "rejection": current.state.rejection,
                 "translationError": current.translate_error,
+                "providerError": current.provider_error,
             },
             "problems": [p.to_data() for p in current.problems],
             **(
@@ -640,6 +668,9 @@ def _is_tcp(listener: ir.AnyListener) -> bool:
     connecting: a TCP or TLS one could relay the probe to a backend, a UDP one takes no connection."""
     return isinstance(listener, ir.TcpListener | ir.TlsListener | ir.UdpListener)
 
+
+#: The longest wait before reading the input again after the provider failed (see Controller._watch).
+_WATCH_RETRY_MAX_S = 30.0
 
 #: An apply that left this many new objects behind is frozen (see Controller._apply).
 _FREEZE_AFTER = 50_000

@@ -28,16 +28,18 @@ Reading the YAML itself (Kubernetes' typing rules, line numbers) is
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
 import yaml
 from pydantic import ValidationError
-from yaml.nodes import SequenceNode
+from yaml.nodes import Node, ScalarNode, SequenceNode
 
 from weir import yamlsource
 from weir.api import registry
@@ -45,6 +47,7 @@ from weir.api.errors import api_errors, show_value
 from weir.api.meta import KubeObject, ObjectKey
 
 __all__ = [
+    "INTERNAL_ERROR",
     "MANIFEST_SUFFIXES",
     "Assembler",
     "Document",
@@ -60,6 +63,8 @@ __all__ = [
     "manifest_files",
     "parse_bytes",
     "parse_text",
+    "read_bytes",
+    "unreadable",
 ]
 
 #: File name endings read when walking a folder (a file named explicitly is always read).
@@ -177,13 +182,34 @@ def _label(kind: str, namespace: str, name: str) -> str:
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
+#: Starts the problem for input that made the loader itself fail (a bug): the file is then
+#: one problem, as if unreadable, rather than an exception that would stop a watcher.
+INTERNAL_ERROR = "internal error while reading this file (please report it)"
+
+
 def parse_text(text: str, file: str) -> FileResult:
-    """Parse and validate every object in ``text`` (one file) without cross-file checks."""
+    """Parse and validate every object in ``text`` (one file) without cross-file checks.
+
+    Never raises: anything wrong with the input is a problem; were reading
+    it to fail anyway (a bug), the file is one :data:`INTERNAL_ERROR` problem.
+    """
+    try:
+        return _parse_text(text, file)
+    except Exception as exc:  # the last resort: a watcher must never die of a file's content
+        message = f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}"
+        return FileResult(file, (), Problem("error", file, None, None, None, message[:500]))
+
+
+def _parse_text(text: str, file: str) -> FileResult:
     try:
         composed = yamlsource.compose(text)
     except yaml.YAMLError as err:
         line, message = yamlsource.describe_error(err)
-        return FileResult(file, (), Problem("error", file, line, None, None, message))
+        label = field = None
+        if isinstance(err, yamlsource.BuildError) and err.document is not None:
+            label = _document_label(err.document)
+            field = yamlsource.field_path(err.document, err.node)
+        return FileResult(file, (), Problem("error", file, line, label, field, message))
     except RecursionError:
         problem = Problem("error", file, None, None, None, "invalid YAML: nested too deeply")
         return FileResult(file, (), problem)
@@ -205,6 +231,24 @@ def parse_text(text: str, file: str) -> FileResult:
         else:
             docs.append(_parse_object(data, file, line))
     return FileResult(file, tuple(docs))
+
+
+def _document_label(document: Node) -> str | None:
+    """The object a YAML document that could not be built names (``"HTTPRoute default/web"``), if plain."""
+
+    def scalar(node: Node | None) -> str | None:
+        return node.value if isinstance(node, ScalarNode) and node.value else None
+
+    kind = scalar(yamlsource.mapping_value(document, "kind"))
+    metadata = yamlsource.mapping_value(document, "metadata")
+    name = scalar(yamlsource.mapping_value(metadata, "name")) if metadata is not None else None
+    if kind is None or name is None:
+        return None
+    namespace = scalar(yamlsource.mapping_value(metadata, "namespace")) if metadata is not None else None
+    model = registry.model_for_kind(kind)
+    if model is not None:
+        namespace = (namespace or "default") if model.NAMESPACED else None
+    return _label(kind, namespace or "", name)
 
 
 def parse_bytes(raw: bytes, file: str) -> FileResult:
@@ -318,14 +362,16 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
 class Assembler:
     """The checks that span documents and files, applied as documents are added in order.
 
-    The first object with a key wins; a later one is an error naming the
-    first. Documents of kinds weir does not read give one warning per
+    The first object with a key wins, unless ``owners`` names the
+    definition (file, line) that wins it; any other is an error naming the
+    winner. Documents of kinds weir does not read give one warning per
     ``(apiVersion, kind)``, at the first such document, with the count.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, owners: Mapping[ObjectKey, tuple[str, int]] | None = None) -> None:
         self._problems: list[Problem | None] = []
-        self._first: dict[ObjectKey, tuple[str, int]] = {}
+        self._first: dict[ObjectKey, tuple[str, int]] = dict(owners or {})
+        self._claimed: set[ObjectKey] = set()
         self._unknown: dict[tuple[str, str], _UnknownKind] = {}
 
     def problem(self, *problems: Problem) -> None:
@@ -346,10 +392,11 @@ class Assembler:
             entry.count += 1
 
     def claim(self, key: ObjectKey, file: str, line: int, label: str | None = None) -> bool:
-        """True if ``key`` is first seen here; otherwise record the duplicate and return False."""
+        """True if this definition wins ``key``; otherwise record the duplicate and return False."""
         first = self._first.get(key)
-        if first is None:
+        if first is None or (first == (file, line) and key not in self._claimed):
             self._first[key] = (file, line)
+            self._claimed.add(key)
             return True
         self._problems.append(
             Problem(
@@ -430,10 +477,45 @@ def read_file(path: str | os.PathLike[str]) -> FileResult:
     """Read and parse one file into a :class:`FileResult`."""
     file = os.fspath(path)
     try:
-        raw = Path(file).read_bytes()
+        raw = read_bytes(file)
     except OSError as err:
-        return FileResult(file, (), Problem("error", file, None, None, None, f"cannot read: {err.strerror}"))
+        return FileResult(file, (), unreadable(file, err))
     return parse_bytes(raw, file)
+
+
+class NotRegularFile(OSError):
+    """A manifest path that is a named pipe, a socket, a device...: never opened for reading."""
+
+
+_NOT_REGULAR = {
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def read_bytes(file: str) -> bytes:
+    """The content of ``file`` if it is a regular file; raises :class:`OSError` otherwise.
+
+    Never blocks: opening a named pipe for reading waits for a writer (a FIFO
+    named ``x.yaml`` once stopped every reload, and SIGTERM with it), so
+    the file is opened without blocking and read only if it is regular
+    (:class:`NotRegularFile` if not).
+    """
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with open(fd, "rb", closefd=True) as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
+            raise NotRegularFile(errno.EINVAL, f"{what}, not a regular file; skipped")
+        return handle.read()
+
+
+def unreadable(file: str, err: OSError) -> Problem:
+    """The problem for a manifest file that cannot be read."""
+    return Problem("error", file, None, None, None, f"cannot read: {err.strerror or err}")
 
 
 # ------------------------------------------------------------------ files and folders

@@ -9,7 +9,11 @@ Only safe tags are read, with YAML 1.1 implicit typing; timestamps stay
 strings; a mapping key written twice is an error; merge keys (``<<``) and
 aliases work, recursive aliases do not. Bad input raises
 :class:`yaml.YAMLError`, which :func:`describe_error` words with its line
-(input nested too deeply raises :class:`RecursionError`).
+(input nested too deeply raises :class:`RecursionError`). That includes a
+value YAML can read but not build, whatever its tag (``!!bool maybe``,
+``!!int ""``, an integer of more than 4,300 digits): it raises
+:class:`BuildError`, which also says which node failed, in which document,
+so that :func:`field_path` can name the field.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
-__all__ = ["compose", "describe_error", "mapping_value"]
+__all__ = ["BuildError", "compose", "describe_error", "field_path", "mapping_value"]
 
 
 _STR = "tag:yaml.org,2002:str"
@@ -67,6 +71,37 @@ _IMPLICIT_FIRST = frozenset(_Resolver.yaml_implicit_resolvers)
 assert None not in _IMPLICIT_FIRST  # a resolver for any first character would defeat the shortcut
 
 
+class BuildError(ConstructorError):
+    """A node that could not be built into data: ``node`` is it, ``document`` the root of its document."""
+
+    def __init__(
+        self, problem: str, node: Node, context: str | None = None, within: Node | None = None
+    ) -> None:
+        super().__init__(context, within.start_mark if within else None, problem, node.start_mark)
+        self.node = node
+        self.document: Node | None = None
+
+
+def _build_error(node: Node, exc: Exception) -> BuildError:
+    """``exc``, raised while building ``node``, as a :class:`BuildError` (keeping its wording if YAML's)."""
+    if isinstance(exc, BuildError):
+        return exc
+    if isinstance(exc, yaml.MarkedYAMLError):
+        error = BuildError(exc.problem or "cannot build this value", node, exc.context)
+        error.problem_mark = exc.problem_mark or node.start_mark
+        error.context_mark = exc.context_mark
+        return error
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+    if isinstance(node, ScalarNode):
+        shown = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+        what = f"{json.dumps(shown)} is not a valid {tag}"
+    else:
+        what = f"this {type(node).__name__[:-4].lower()} is not a valid {tag}"
+    # Python's own words, up to any advice meant for programmers ("use sys.set_int_max_str_digits()").
+    reason = str(exc).split("\n")[0].split(";")[0][:120] if isinstance(exc, ValueError) else ""
+    return BuildError(f"{what} ({reason})" if reason else what, node)
+
+
 class _Constructor:
     """Nodes → plain data, as Kubernetes reads YAML.
 
@@ -100,7 +135,7 @@ class _Constructor:
         if ident in self._memo:
             return self._memo[ident]
         if ident in self._busy:
-            raise ConstructorError(None, None, "found a recursive alias", node.start_mark)
+            raise BuildError("found a recursive alias", node)
         self._busy.add(ident)
         try:
             value = self._collection(node)
@@ -118,7 +153,10 @@ class _Constructor:
                 for item in node.value
             ]
         # !!omap, !!set, ... or an unknown tag (which raises)
-        return self._safe.construct_object(node, deep=True)
+        try:
+            return self._safe.construct_object(node, deep=True)
+        except Exception as exc:
+            raise _build_error(node, exc) from None
 
     def _scalar(self, node: ScalarNode) -> Any:
         tag = node.tag
@@ -128,13 +166,16 @@ class _Constructor:
             return node.value
         if tag == _NULL:
             return None
-        if tag == _BOOL:
-            return self._safe.bool_values[node.value.lower()]
-        if tag == _INT:
-            return self._safe.construct_yaml_int(node)
-        if tag == _FLOAT:
-            return self._safe.construct_yaml_float(node)
-        return self._safe.construct_object(node, deep=True)
+        try:
+            if tag == _BOOL:
+                return self._safe.bool_values[node.value.lower()]
+            if tag == _INT:
+                return self._safe.construct_yaml_int(node)
+            if tag == _FLOAT:
+                return self._safe.construct_yaml_float(node)
+            return self._safe.construct_object(node, deep=True)
+        except Exception as exc:  # any tag, any value: YAML read it, it cannot be built
+            raise _build_error(node, exc) from None
 
     def _mapping(self, node: MappingNode) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
@@ -152,19 +193,16 @@ class _Constructor:
             try:
                 seen = key in result
             except TypeError:
-                raise ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    "found an unhashable key",
-                    key_node.start_mark,
+                raise BuildError(
+                    "found an unhashable key", key_node, "while constructing a mapping", node
                 ) from None
             if seen:
                 first = self._first_key_node(node, key)
-                raise ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
+                raise BuildError(
                     f"mapping key {json.dumps(str(key))} already defined at line {first.start_mark.line + 1}",
-                    key_node.start_mark,
+                    key_node,
+                    "while constructing a mapping",
+                    node,
                 )
             if value_node.tag == _STR and isinstance(value_node, ScalarNode):
                 result[key] = intern(value_node.value)
@@ -179,11 +217,11 @@ class _Constructor:
         for source in reversed(sources):  # the first source named wins
             value = self._node(source)
             if not isinstance(value, dict):
-                raise ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
+                raise BuildError(
                     "expected a mapping (or a list of mappings) to merge",
-                    source.start_mark,
+                    source,
+                    "while constructing a mapping",
+                    node,
                 )
             merged.update(value)
         merged.update(result)
@@ -279,12 +317,60 @@ def compose(text: str) -> list[tuple[Node, Any]]:
             node = composer.get_node()
             if node is None:
                 continue
-            data = constructor.construct(node, aliases=aliases)
+            try:
+                data = constructor.construct(node, aliases=aliases)
+            except BuildError as exc:
+                exc.document = node
+                raise
+            except RecursionError:
+                raise
+            except Exception as exc:  # a value nothing above foresaw: still this document's problem
+                error = _build_error(node, exc)
+                error.document = node
+                raise error from None
             if data is not None:
                 out.append((node, data))
     finally:
         composer.dispose()
     return out
+
+
+def field_path(document: Node, target: Node) -> str | None:
+    """Where ``target`` is in ``document``, as a Kubernetes field path (``spec.rules[0].matches``).
+
+    ``None`` when ``target`` is the document itself or is not in it. A node
+    reached through an alias is named by its first path; a key node by the
+    path of its mapping. Keys that are not plain words are written
+    ``[key]`` (as map keys are: ``metadata.labels[app.kubernetes.io/name]``).
+    Iterative, so that deep documents cost no recursion.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[Node, str]] = [(document, "")]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            return path or None
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        children: list[tuple[Node, str]] = []
+        if isinstance(node, MappingNode):
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, ScalarNode):
+                    if key_node is target:
+                        return path or None
+                    children.append((value_node, path))
+                    continue
+                key = key_node.value
+                step = f".{key}" if key.isidentifier() else f"[{key}]"
+                child = f"{path}{step}" if path or not step.startswith(".") else key
+                if key_node is target:  # a key written twice, say: the field it names
+                    return child
+                children.append((value_node, child))
+        elif isinstance(node, SequenceNode):
+            children.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+        stack.extend(reversed(children))
+    return None
 
 
 def mapping_value(node: Node, key: str) -> Node | None:

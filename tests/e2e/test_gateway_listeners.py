@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from cryptography import x509
-from weir_harness import Weir, eventually, pid_alive
+from weir_harness import Weir, eventually, stopped_after
 
 from weir.testkit import (
     CertAuthority,
@@ -57,13 +57,8 @@ def ca() -> CertAuthority:
 async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
     folder = tmp_path / "manifests"
     folder.mkdir()
-    harness = Weir(folder, dns, free_port())
-    try:
+    async with stopped_after(Weir(folder, dns, free_port())) as harness:
         yield harness
-    finally:
-        await harness.stop()
-        for pid in harness.envoy_pids:
-            assert not pid_alive(pid), f"Envoy {pid} survived stop()"
 
 
 # --------------------------------------------------------------------------

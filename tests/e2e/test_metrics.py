@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive
+from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive, stopped_after
 
 from weir import __version__
 from weir.metrics import parse
@@ -59,13 +59,8 @@ async def dns() -> AsyncIterator[DnsStub]:
 async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
     folder = tmp_path / "manifests"
     folder.mkdir()
-    harness = Weir(folder, dns, free_port())
-    try:
+    async with stopped_after(Weir(folder, dns, free_port())) as harness:
         yield harness
-    finally:
-        await harness.stop()
-        for pid in harness.envoy_pids:
-            assert not pid_alive(pid), f"Envoy {pid} survived stop()"
 
 
 async def scrape(weir: Weir) -> tuple[str, dict[Series, float]]:

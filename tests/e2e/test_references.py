@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from weir_harness import GATEWAY_HEAD, Weir, eventually, pid_alive
+from weir_harness import GATEWAY_HEAD, Weir, eventually, stopped_after
 
 from weir.testkit import DnsStub, RecordingUpstream, free_port
 
@@ -40,13 +40,8 @@ async def dns() -> AsyncIterator[DnsStub]:
 async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
     folder = tmp_path / "manifests"
     folder.mkdir()
-    harness = Weir(folder, dns, free_port())
-    try:
+    async with stopped_after(Weir(folder, dns, free_port())) as harness:
         yield harness
-    finally:
-        await harness.stop()
-        for pid in harness.envoy_pids:
-            assert not pid_alive(pid), f"Envoy {pid} survived stop()"
 
 
 @pytest.fixture

@@ -17,7 +17,15 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from weir_harness import GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive, services_manifests
+from weir_harness import (
+    GATEWAY_HEAD,
+    Weir,
+    eventually,
+    indent_pem,
+    pid_alive,
+    services_manifests,
+    stopped_after,
+)
 
 from weir.controller import Controller, Options, ProviderSnapshot
 from weir.providers.files import FilesProvider
@@ -49,13 +57,8 @@ def ca() -> CertAuthority:
 async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
     folder = tmp_path / "manifests"
     folder.mkdir()
-    harness = Weir(folder, dns, free_port())
-    try:
+    async with stopped_after(Weir(folder, dns, free_port())) as harness:
         yield harness
-    finally:
-        await harness.stop()
-        for pid in harness.envoy_pids:
-            assert not pid_alive(pid), f"Envoy {pid} survived stop()"
 
 
 def xbackend_manifests(port: int, upstream_port: int, ca_pem: str, *, name: str = "api") -> str:

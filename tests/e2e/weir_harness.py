@@ -11,7 +11,8 @@ import dataclasses
 import os
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +194,17 @@ class Weir:
             response.raise_for_status()
             data: dict[str, Any] = response.json()
             return data
+
+
+@asynccontextmanager
+async def stopped_after(harness: Weir) -> AsyncIterator[Weir]:
+    """``harness`` for a test's fixture; afterwards stopped, and every Envoy it ran checked gone."""
+    try:
+        yield harness
+    finally:
+        await harness.stop()
+        for pid in harness.envoy_pids:
+            assert not pid_alive(pid), f"Envoy {pid} survived stop()"
 
 
 def pid_alive(pid: int) -> bool:

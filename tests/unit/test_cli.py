@@ -75,3 +75,24 @@ def test_version_names_weir_and_envoy() -> None:
     assert result.exit_code == 0
     assert "weir 0.1.0" in result.output
     assert "envoy" in result.output and "1.40" in result.output
+
+
+def test_validate_and_translate_report_values_yaml_cannot_build_without_a_traceback(tmp_path: Path) -> None:
+    """``!!bool maybe`` and kin: one problem naming file, line, object and field; no traceback."""
+    for value, words in (
+        ("!!bool maybe", '"maybe" is not a valid !!bool'),
+        ("!!int abc", '"abc" is not a valid !!int'),
+        ("!!float x", '"x" is not a valid !!float'),
+        ('!!int ""', '"" is not a valid !!int'),
+        ("9" * 4301, '"' + "9" * 40 + '..." is not a valid !!int (Exceeds the limit (4300 digits)'),
+    ):
+        bad = GOOD.replace("port: {port: 443}", f"port: {{port: {value}}}")
+        path = tmp_path / "bad.yaml"
+        path.write_text(bad)
+        line = bad.splitlines().index("  port: {port: " + value + "}") + 1
+        for command in ("validate", "translate"):
+            result = runner.invoke(app, [command, "-f", str(path)])
+            assert result.exit_code == 1, (command, value, result.output)
+            assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+            expected = f"{path}:{line}: XBackend default/api: spec.port.port: invalid YAML: {words}"
+            assert expected in result.stderr.replace("\n", ""), (command, result.stderr)

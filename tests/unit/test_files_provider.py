@@ -1,4 +1,9 @@
-"""weir.providers.files: real files, real watching (watchfiles), snapshots after changes."""
+"""weir.providers.files: real files, real watching (watchfiles), snapshots after changes.
+
+These providers serve a change that withdraws objects at once (``grace_s=0``):
+the tests here are about what each change does; test_files_provider_faults.py
+covers how long a file rewritten in place is held back.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import pytest
 from weir import loader
 from weir.api.core_v1 import Service
 from weir.api.meta import ObjectKey
-from weir.providers.files import FilesProvider, Snapshot
+from weir.providers.files import KEPT_FILE, FilesProvider, Snapshot
 
 #: A change must show up in a snapshot within this long.
 DEADLINE = 1.0
@@ -101,7 +106,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_initial_load(tree: Path) -> None:
-    snapshot = FilesProvider([tree]).load()
+    snapshot = FilesProvider([tree], grace_s=0).load()
     assert snapshot.problems == ()
     assert sorted(str(k) for k in snapshot.resources.objects) == [
         "Namespace apps",
@@ -116,7 +121,7 @@ def test_initial_load(tree: Path) -> None:
 def test_initial_load_reports_problems_and_serves_the_rest(tree: Path) -> None:
     (tree / "bad.yaml").write_text(service("bad", 0))
     (tree / "broken.yaml").write_text("kind: [\n")
-    snapshot = FilesProvider([tree, tree / "missing.yaml"]).load()
+    snapshot = FilesProvider([tree, tree / "missing.yaml"], grace_s=0).load()
     assert messages(snapshot) == [
         f"{tree}/missing.yaml: no such file or directory",
         f"{tree}/bad.yaml:1: Service default/bad: spec.ports[0].port: "
@@ -137,7 +142,7 @@ def test_provider_needs_paths() -> None:
 
 
 async def test_edit_gives_a_new_snapshot_within_a_second(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     assert port_of(provider.load(), "web") == 80
     async with watching(provider) as watch:
         path = tree / "web.yaml"
@@ -153,7 +158,7 @@ async def test_edit_gives_a_new_snapshot_within_a_second(tree: Path) -> None:
 
 
 async def test_invalid_edit_keeps_the_last_valid_version(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     path = tree / "web.yaml"
     async with watching(provider) as watch:
@@ -175,7 +180,7 @@ async def test_invalid_edit_keeps_the_last_valid_version(tree: Path) -> None:
 
 
 async def test_yaml_error_keeps_the_files_objects(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     path = tree / "web.yaml"
     async with watching(provider) as watch:
@@ -200,7 +205,7 @@ async def test_yaml_error_keeps_the_files_objects(tree: Path) -> None:
 
 
 async def test_object_never_valid_is_skipped(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     async with watching(provider) as watch:
         snapshot = await watch.change(lambda: (tree / "new.yaml").write_text(service("new", 0)))
@@ -212,7 +217,7 @@ async def test_object_never_valid_is_skipped(tree: Path) -> None:
 
 
 async def test_deleted_object_does_not_come_back_when_re_added_invalid(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     path = tree / "web.yaml"
     async with watching(provider) as watch:
@@ -226,7 +231,7 @@ async def test_deleted_object_does_not_come_back_when_re_added_invalid(tree: Pat
 
 
 async def test_deleting_a_file_removes_its_objects(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     async with watching(provider) as watch:
         snapshot = await watch.change((tree / "web.yaml").unlink)
@@ -235,7 +240,7 @@ async def test_deleting_a_file_removes_its_objects(tree: Path) -> None:
 
 
 async def test_deleting_a_broken_file_removes_its_kept_objects(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     path = tree / "web.yaml"
     async with watching(provider) as watch:
@@ -247,7 +252,7 @@ async def test_deleting_a_broken_file_removes_its_kept_objects(tree: Path) -> No
 
 
 async def test_new_files_are_picked_up_in_new_folders(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
 
     def add() -> None:
@@ -265,7 +270,7 @@ async def test_new_files_are_picked_up_in_new_folders(tree: Path) -> None:
 
 
 async def test_hidden_and_other_files_are_ignored(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     async with watching(provider) as watch:
         (tree / ".hidden.yaml").write_text(namespace("hidden"))
@@ -280,7 +285,7 @@ async def test_hidden_and_other_files_are_ignored(tree: Path) -> None:
 
 
 async def test_touch_without_change_gives_no_snapshot(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     async with watching(provider) as watch:
         path = tree / "web.yaml"
@@ -291,7 +296,7 @@ async def test_touch_without_change_gives_no_snapshot(tree: Path) -> None:
 async def test_watching_a_single_file(tmp_path: Path) -> None:
     path = tmp_path / "one.yaml"
     path.write_text(service("one", 1))
-    provider = FilesProvider([path])
+    provider = FilesProvider([path], grace_s=0)
     provider.load()
     async with watching(provider) as watch:
         (tmp_path / "sibling.yaml").write_text(service("sibling", 2))
@@ -303,7 +308,7 @@ async def test_watching_a_single_file(tmp_path: Path) -> None:
 
 async def test_a_missing_file_appears(tmp_path: Path) -> None:
     path = tmp_path / "later.yaml"
-    provider = FilesProvider([path])
+    provider = FilesProvider([path], grace_s=0)
     assert messages(provider.load()) == [f"{path}: no such file or directory"]
     async with watching(provider) as watch:
         snapshot = await watch.change(lambda: path.write_text(service("later", 3)))
@@ -312,7 +317,7 @@ async def test_a_missing_file_appears(tmp_path: Path) -> None:
 
 
 async def test_a_folder_deleted_and_created_again_is_watched_again(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     async with watching(provider) as watch:
         snapshot = await watch.change(lambda: shutil.rmtree(tree))
@@ -332,7 +337,7 @@ async def test_a_folder_deleted_and_created_again_is_watched_again(tree: Path) -
 
 
 async def test_changes_between_load_and_watch_are_caught(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     (tree / "web.yaml").write_text(service("web", 7))
     watch = Watch(provider)
@@ -345,7 +350,7 @@ async def test_changes_between_load_and_watch_are_caught(tree: Path) -> None:
 
 
 async def test_watch_without_load_yields_the_initial_snapshot_first(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     async with watching(provider) as watch:
         snapshot = await asyncio.wait_for(watch.queue.get(), DEADLINE)
         assert port_of(snapshot, "web") == 80
@@ -361,7 +366,7 @@ async def test_only_changed_files_are_parsed_again(tree: Path, monkeypatch: pyte
         return real(raw, file)
 
     monkeypatch.setattr("weir.providers.files.parse_bytes", counting)
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     assert sorted(parsed) == ["ns.yaml", "web.yaml"]
     parsed.clear()
@@ -372,7 +377,7 @@ async def test_only_changed_files_are_parsed_again(tree: Path, monkeypatch: pyte
 
 async def test_each_new_problem_is_logged_once(tree: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="weir.files")
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     async with watching(provider) as watch:
         await watch.change(lambda: (tree / "bad.yaml").write_text(service("bad", 0)))
@@ -389,7 +394,7 @@ async def test_each_new_problem_is_logged_once(tree: Path, caplog: pytest.LogCap
 
 
 async def test_cancelling_stops_the_watchers(tree: Path) -> None:
-    provider = FilesProvider([tree])
+    provider = FilesProvider([tree], grace_s=0)
     provider.load()
     before = {t.get_name() for t in asyncio.all_tasks()}
     watch = Watch(provider)
@@ -403,7 +408,7 @@ async def test_cancelling_stops_the_watchers(tree: Path) -> None:
 
 
 async def test_keeps_serving_under_a_burst_of_writes(tree: Path) -> None:
-    provider = FilesProvider([tree], debounce_ms=50)
+    provider = FilesProvider([tree], debounce_ms=50, grace_s=0)
     provider.load()
     path = tree / "web.yaml"
     async with watching(provider) as watch:
@@ -420,3 +425,39 @@ async def test_keeps_serving_under_a_burst_of_writes(tree: Path) -> None:
         assert latest is not None
         assert port_of(latest, "web") == 1019
         assert isinstance(latest.resources.service("default", "web"), Service)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["!!bool maybe", "!!int abc", "!!float x", '!!int ""', "7" * 4301],
+    ids=["bool", "int", "float", "int-empty", "int-4301-digits"],
+)
+async def test_a_value_yaml_cannot_build_keeps_the_files_objects_and_watching_goes_on(
+    tree: Path, value: str
+) -> None:
+    """Such a value killed the watcher with nothing said: every later edit was ignored."""
+    provider = FilesProvider([tree], grace_s=0)
+    provider.load()
+    path = tree / "web.yaml"
+    async with watching(provider) as watch:
+        bad = service("web", 80) + "---\n" + service("api", 81).replace("port: 81", f"port: {value}")
+        snapshot = await watch.change(lambda: path.write_text(bad))
+        assert port_of(snapshot, "web") == 80
+        assert port_of(snapshot, "api") == 81
+        [problem] = snapshot.problems
+        assert (problem.file, problem.line, problem.object, problem.field) == (
+            str(path),
+            15,
+            "Service default/api",
+            "spec.ports[0].port",
+        )
+        assert problem.message.startswith("invalid YAML: ")
+        assert problem.message.endswith(KEPT_FILE)
+        # Watching goes on: other files, then this one.
+        snapshot = await watch.change(lambda: (tree / "apps" / "ns.yaml").write_text(namespace("apps2")))
+        assert snapshot.resources.namespace("apps2") is not None
+        assert port_of(snapshot, "api") == 81
+        snapshot = await watch.change(lambda: path.write_text(service("api", 82)))
+        assert port_of(snapshot, "api") == 82
+        assert port_of(snapshot, "web") is None
+        assert snapshot.problems == ()

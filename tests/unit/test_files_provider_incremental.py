@@ -5,7 +5,8 @@
 second provider that lists and reads the folder in full at every step (the
 same history: last valid versions are kept alike): the same objects,
 problems (in order) and origins, and ``changed`` must name every key whose
-object differs.
+object differs. (Changes that withdraw objects are served at once here,
+``grace_s=0``: what is compared is the result, not when it comes.)
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def test_edits_equal_full_reads(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     for i in range(FILES):
         (tmp_path / f"f{i}.yaml").write_text(service(f"s{i}a", 1) + "---\n" + service(f"s{i}b", 1))
-    provider = FilesProvider([tmp_path])
-    reference = FilesProvider([tmp_path])
+    provider = FilesProvider([tmp_path], grace_s=0)
+    reference = FilesProvider([tmp_path], grace_s=0)
     previous = provider.load()
     reference.load()
     for _ in range(40):
@@ -104,7 +105,7 @@ def test_edits_equal_full_reads(tmp_path: Path, seed: int) -> None:
 def test_an_edit_reads_and_assembles_only_its_file(tmp_path: Path) -> None:
     for i in range(50):
         (tmp_path / f"f{i:02d}.yaml").write_text(service(f"s{i}", 1))
-    provider = FilesProvider([tmp_path])
+    provider = FilesProvider([tmp_path], grace_s=0)
     first = provider.load()
     target = tmp_path / "f07.yaml"
     target.write_text(service("s7", 2))
@@ -127,24 +128,27 @@ def test_a_broken_file_keeps_its_objects_whatever_other_files_do(tmp_path: Path)
     a.write_text(service("x", 1))
     b.write_text(service("y", 1))
     c.write_text(service("z", 1))
-    provider = FilesProvider([tmp_path])
+    provider = FilesProvider([tmp_path], grace_s=0)
     provider.load()
     b.write_text("kind: [unclosed\n")
     provider._reload({os.path.abspath(b)})
-    # a.yaml (read first) now names y too: its y is served, b.yaml's kept y is a duplicate...
+    # a.yaml (read first) now names y too: b.yaml's kept y is served already and stays; a.yaml's
+    # is the duplicate...
     a.write_text(service("x", 1) + "---\n" + service("y", 2))
     provider._reload({os.path.abspath(a)})
     duplicate = (
-        f"{b}:1: Service default/y: Duplicate value: already defined at {a}:9; this definition is ignored"
+        f"{a}:9: Service default/y: Duplicate value: already defined at {b}:1; this definition is ignored"
     )
     snapshot = provider.snapshot
     assert snapshot is not None and duplicate in [str(p) for p in snapshot.problems]
+    assert snapshot.origins[ObjectKey("Service", "default", "y")] == (str(b), 1)
     # ...and stays one when the files are read again for another change,
     c.write_text(service("z", 2))
     provider._reload(set())
     snapshot = provider.snapshot
     assert snapshot is not None and duplicate in [str(p) for p in snapshot.problems]
-    # until a.yaml gives y up: b.yaml serves its kept y again.
+    assert snapshot.origins[ObjectKey("Service", "default", "y")] == (str(b), 1)
+    # and when a.yaml gives y up, b.yaml serves its kept y as before.
     a.write_text(service("x", 1))
     provider._reload({os.path.abspath(a)})
     snapshot = provider.snapshot

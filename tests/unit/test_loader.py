@@ -566,8 +566,8 @@ def test_problem_str_omits_missing_parts() -> None:
         ),
         (
             "apiVersion: v1\nkind: Service\nmetadata:\n  name: a\n  name: b\n",
-            'case.yaml:5: invalid YAML: mapping key "name" already defined at line 4 '
-            "(while constructing a mapping started on line 4)",
+            'case.yaml:5: Service default/a: metadata.name: invalid YAML: mapping key "name" already defined '
+            "at line 4 (while constructing a mapping started on line 4)",
         ),
         (
             "apiVersion: v1\nkind: Service\nmetadata: *meta\n",
@@ -575,10 +575,58 @@ def test_problem_str_omits_missing_parts() -> None:
         ),
         (
             "apiVersion: v1\nkind: Service\nmetadata: !custom {name: a}\n",
-            "case.yaml:3: invalid YAML: could not determine a constructor for the tag '!custom'",
+            "case.yaml:3: Service default/a: metadata: invalid YAML: could not determine a constructor "
+            "for the tag '!custom'",
+        ),
+        # Scalars YAML reads but cannot build, whatever the tag: one problem naming the field.
+        (
+            "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec:\n  ports:\n  - port: !!bool maybe\n",
+            'case.yaml:6: Service default/a: spec.ports[0].port: invalid YAML: "maybe" is not a valid !!bool',
+        ),
+        (
+            "kind: HTTPRoute\nmetadata: {name: r, namespace: n}\nspec: {x: [1, !!int abc]}\n",
+            'case.yaml:3: HTTPRoute n/r: spec.x[1]: invalid YAML: "abc" is not a valid !!int '
+            "(invalid literal for int() with base 10: 'abc')",
+        ),
+        (
+            "metadata: {name: a}\nspec: {x: !!float x}\n",
+            'case.yaml:2: spec.x: invalid YAML: "x" is not a valid !!float '
+            "(could not convert string to float: 'x')",
+        ),
+        (
+            'kind: GatewayClass\nmetadata: {name: c, namespace: n}\nspec: {x: !!int ""}\n',
+            'case.yaml:3: GatewayClass c: spec.x: invalid YAML: "" is not a valid !!int',
+        ),
+        (
+            "metadata:\n  labels:\n    app.kubernetes.io/n: " + "9" * 4301 + "\n",
+            'case.yaml:3: metadata.labels[app.kubernetes.io/n]: invalid YAML: "' + "9" * 40 + '..." is not a '
+            "valid !!int (Exceeds the limit (4300 digits) for integer string conversion: "
+            "value has 4301 digits)",
+        ),
+        (
+            "a: !!binary 'a'\n",
+            "case.yaml:1: a: invalid YAML: failed to decode base64 data: Invalid base64-encoded string: "
+            "number of data characters (1) cannot be 1 more than a multiple of 4",
+        ),
+        (
+            "a: !!timestamp [1]\n",
+            "case.yaml:1: a: invalid YAML: expected a scalar node, but found sequence",
         ),
     ],
-    ids=["bad-indent", "unclosed-flow", "duplicate-key", "undefined-alias", "unknown-tag"],
+    ids=[
+        "bad-indent",
+        "unclosed-flow",
+        "duplicate-key",
+        "undefined-alias",
+        "unknown-tag",
+        "bool-maybe",
+        "int-abc",
+        "float-x",
+        "int-empty",
+        "int-4301-digits",
+        "binary",
+        "timestamp-sequence",
+    ],
 )
 def test_yaml_error_is_one_problem_for_the_file(text: str, expected: str) -> None:
     objects, problems = load_text(text, "case.yaml")

@@ -56,6 +56,8 @@ def show_value(value: Any) -> str:
         return '"array"'
     if isinstance(value, str) and len(value) > 100:
         value = value[:100] + "..."
+    if isinstance(value, int) and value.bit_length() > 1000:  # no decimal string past 4,300 digits
+        return f'"an integer of {value.bit_length()} bits"'
     try:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):

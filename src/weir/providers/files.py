@@ -13,6 +13,13 @@ Bad input never takes down good traffic:
 * an object that becomes invalid keeps its last valid version (as the API
   server keeps the stored object when it rejects an update); an object that
   was never valid is skipped;
+* a change made in place that would withdraw objects from a file (it is
+  empty, or no longer names one of them: ``cp`` and ``>`` truncate, then
+  write) is held until the file has been unchanged for
+  :data:`REWRITE_GRACE_S`;
+* when two files define one object, the one already served keeps serving
+  and the other definition is the error (at start, the first in reading
+  order wins);
 * a file or an object that is deleted disappears;
 * everything else is served.
 
@@ -26,6 +33,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +50,8 @@ from weir.loader import (
     gc_paused,
     manifest_files,
     parse_bytes,
+    read_bytes,
+    unreadable,
 )
 from weir.resources import Resources, copy_mapping
 
@@ -53,6 +63,10 @@ log = logging.getLogger("weir.files")
 KEPT_FILE = "kept the last valid objects from this file"
 #: Appended to an object's problems when its last valid version is still served.
 KEPT_OBJECT = "kept the last valid version"
+#: How long a file rewritten in place must stay unchanged before a change of it that withdraws
+#: objects is served (see FilesProvider._hold): ``cp`` and ``>`` leave it empty, then half
+#: written, for a moment.
+REWRITE_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -115,12 +129,22 @@ class FilesProvider:
     for ``debounce_ms`` (see :func:`_next_batch`).
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], *, debounce_ms: int = 50) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        *,
+        debounce_ms: int = 50,
+        grace_s: float = REWRITE_GRACE_S,
+    ) -> None:
         if not paths:
             raise ValueError("FilesProvider needs at least one file or folder")
         self._paths: tuple[Path, ...] = tuple(Path(p) for p in paths)
         self._debounce_ms = max(1, int(debounce_ms))
+        self._grace_s = grace_s
         self._cache: dict[str, _Cached] = {}
+        # Files whose new content would withdraw objects they serve, held back (see _hold):
+        # name → (what the file says now, monotonic time since when it says exactly that).
+        self._held: dict[str, tuple[_Cached, float]] = {}
         # The files read last (in order; name → absolute path), the same the other way round, and
         # the paths that went missing. Names, not Path objects: 10,000 of those would cost 3.5 MiB.
         self._files: dict[str, str] = {}
@@ -171,7 +195,8 @@ class FilesProvider:
                 if changed_since:
                     assert self._snapshot is not None
                     yield self._snapshot
-                changed, rearm = await _next_batch(queue, self._debounce_ms / 1000)
+                changed, rearm = await _next_batch(queue, self._debounce_ms / 1000, self._held_until())
+                changed |= {self._files.get(name, name) for name in self._held}  # due, or changed again
                 changed_since = await asyncio.to_thread(self._reload, changed)
                 new_plan = self._watch_plan()
                 if rearm or new_plan != plan:
@@ -232,6 +257,7 @@ class FilesProvider:
                 continue
             cache[name] = entry
         self._cache = cache
+        self._held = {name: held for name, held in self._held.items() if name in cache}
         fingerprint: _Fingerprint = (
             tuple((name, c.digest) for name, c in cache.items()),
             tuple(missing),
@@ -259,26 +285,85 @@ class FilesProvider:
         return True
 
     def _read(self, name: str, *, force: bool) -> _Cached | None:
-        """The file's cache entry, parsed again only if its bytes changed; ``None`` if it is gone."""
+        """The file's cache entry, parsed again only if its bytes changed; ``None`` if it is gone.
+
+        While the file is held (:meth:`_hold`), the entry served before.
+        """
         try:
             st = os.stat(name)
-        except OSError:
-            return None
-        stat = (st.st_mtime_ns, st.st_size, st.st_ino)
-        cached = self._cache.get(name)
-        if cached is not None and cached.stat == stat and not force:
-            return cached
-        try:
-            with open(name, "rb") as file:
-                raw = file.read()
         except OSError as err:
-            problem = Problem("error", name, None, None, None, f"cannot read: {err.strerror}")
-            return _Cached(stat, b"", FileResult(name, (), problem))
+            try:
+                link = os.lstat(name)  # a symbolic link to nothing, or a loop of them: the name is there
+            except OSError:
+                self._held.pop(name, None)
+                return None
+            stat = (link.st_mtime_ns, link.st_size, link.st_ino)
+            return _Cached(stat, b"", FileResult(name, (), unreadable(name, err)))
+        stat = (st.st_mtime_ns, st.st_size, st.st_ino)
+        served = self._cache.get(name)
+        held = self._held.get(name)
+        latest = held[0] if held is not None else served
+        if latest is not None and latest.stat == stat and not force:
+            return self._hold(name, latest)
+        try:
+            raw = read_bytes(name)
+        except OSError as err:
+            return self._hold(name, _Cached(stat, b"", FileResult(name, (), unreadable(name, err))))
         digest = hashlib.blake2b(raw, digest_size=16).digest()
-        if cached is not None and cached.digest == digest:
-            return replace(cached, stat=stat)
+        if latest is not None and latest.digest == digest:
+            return self._hold(name, replace(latest, stat=stat))
+        if served is not None and served.digest == digest:
+            return self._hold(name, replace(served, stat=stat))
         log.debug("reading %s", name)
-        return _Cached(stat, digest, parse_bytes(raw, name))
+        return self._hold(name, _Cached(stat, digest, parse_bytes(raw, name)))
+
+    def _hold(self, name: str, entry: _Cached) -> _Cached:
+        """What to serve for ``name``, which reads ``entry`` now: ``entry``, or the entry served before.
+
+        A file rewritten in place (``cp``, ``>``, many editors) is empty, and
+        then half written, for a moment. A change that would withdraw objects
+        the file serves (it leaves the file empty, or no longer names one of
+        them) is held back: the file keeps serving what it served until it
+        has been unchanged (same mtime, size and inode) for the grace period,
+        :data:`REWRITE_GRACE_S`; then what it says is served. Not held: a
+        change that withdraws nothing (served at once; it ends a hold), a
+        file that is another one now (a new inode: renamed over it, written
+        whole) unless it is empty, and deleting the file.
+        """
+        served = self._cache.get(name)
+        held = self._held.pop(name, None)
+        if served is None or entry.digest == served.digest or not self._withdraws(name, entry.result):
+            return entry
+        if entry.stat[2] != served.stat[2] and entry.result.documents:
+            return entry  # another file renamed over this one: written whole before it came
+        now = time.monotonic()
+        since = held[1] if held is not None and held[0].stat == entry.stat else now
+        if now - since >= self._grace_s:
+            log.info("%s: unchanged for %.1f s; serving what it says now", name, now - since)
+            return entry
+        if held is None:
+            log.info("%s: holding back a change that withdraws objects until it settles", name)
+        self._held[name] = (entry, since)
+        return served
+
+    def _withdraws(self, name: str, result: FileResult) -> bool:
+        """Whether ``result`` drops an object ``name`` serves.
+
+        An unreadable file drops none: it keeps serving what it served
+        (:meth:`_assemble_file`) until it reads again.
+        """
+        served = self._served_by_file.get(name, ())
+        if not served or result.fatal is not None:
+            return False
+        named = {doc.key for doc in result.documents if doc.key is not None}
+        return any(loaded.object.key not in named for loaded in served)
+
+    def _held_until(self) -> float | None:
+        """Seconds until the first held file is due to be served as it is, ``None`` if none is held."""
+        if not self._held:
+            return None
+        now = time.monotonic()
+        return max(0.0, min(since + self._grace_s - now for _, since in self._held.values()))
 
     def _publish(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
@@ -313,7 +398,7 @@ class FilesProvider:
 
     def _build(self, missing: list[Problem]) -> Snapshot:
         """Assemble every file (in order) into a snapshot, with the checks that span files."""
-        asm = Assembler()
+        asm = Assembler(self._owners())
         asm.problem(*missing)
         served: list[Loaded] = []
         served_by_file: dict[str, tuple[Loaded, ...]] = {}
@@ -357,6 +442,30 @@ class FilesProvider:
             origins=MappingProxyType({key: (loaded.file, loaded.line) for key, loaded in by_key.items()}),
             changed=self._changed_since(resources),
         )
+
+    def _owners(self) -> dict[ObjectKey, tuple[str, int]]:
+        """For each key served now, the definition (file, line) that keeps it.
+
+        An object keeps being served from the file that serves it: another
+        file that defines it too is the error, wherever its name sorts. That
+        file's first definition of it wins, even if it moved to another line.
+        Where no file that defines a key serves it (at start, say), the first
+        definition in reading order wins (:class:`Assembler`).
+        """
+        if self._snapshot is None:
+            return {}
+        origins = self._snapshot.origins
+        owners: dict[ObjectKey, tuple[str, int]] = {}
+        for file, cached in self._cache.items():
+            if cached.result.fatal is not None:
+                named = [(loaded.object.key, loaded.line) for loaded in self._served_by_file.get(file, ())]
+            else:
+                named = [(doc.key, doc.line) for doc in cached.result.documents if doc.key is not None]
+            for key, line in named:
+                origin = origins.get(key)
+                if origin is not None and origin[0] == file and key not in owners:
+                    owners[key] = (file, line)
+        return owners
 
     def _build_edited(self, edited: set[str]) -> Snapshot | None:
         """The snapshot after ``edited`` files changed, assembling only them; ``None`` if it cannot be.
@@ -474,8 +583,12 @@ _BURST_PATHS = 8
 _MAX_HOLD_S = 2.0
 
 
-async def _next_batch(queue: asyncio.Queue[set[str] | None], settle_s: float) -> tuple[set[str], bool]:
+async def _next_batch(
+    queue: asyncio.Queue[set[str] | None], settle_s: float, wake_s: float | None = None
+) -> tuple[set[str], bool]:
     """Wait for changes, then take every batch already queued: (paths changed, re-arm needed).
+
+    With ``wake_s``, return (nothing changed) after that long without changes.
 
     A batch that looks unfinished is held until no further batch has come
     for ``settle_s`` (at most :data:`_MAX_HOLD_S` in all), so that a burst is
@@ -487,7 +600,11 @@ async def _next_batch(queue: asyncio.Queue[set[str] | None], settle_s: float) ->
     changed: set[str] = set()
     rearm = False
     loop = asyncio.get_running_loop()
-    item = await queue.get()
+    try:
+        async with asyncio.timeout(wake_s):
+            item = await queue.get()
+    except TimeoutError:
+        return changed, rearm
     deadline = loop.time() + _MAX_HOLD_S
     while True:
         if item is None:

@@ -583,8 +583,10 @@ def published_addresses(resources: Resources, settings: Settings) -> tuple[tuple
     if svc is None:
         return ()
     found: list[tuple[str, str]] = []
-    balancer = (svc.status or {}).get("loadBalancer")
-    for ingress in (balancer.get("ingress") if isinstance(balancer, dict) else None) or []:
+    # status is plain data, unchecked: read only what has the shape the API gives it.
+    balancer = svc.status.get("loadBalancer") if isinstance(svc.status, dict) else None
+    ingresses = balancer.get("ingress") if isinstance(balancer, dict) else None
+    for ingress in ingresses if isinstance(ingresses, list) else ():
         if not isinstance(ingress, dict):
             continue
         if isinstance(ingress.get("ip"), str) and ingress["ip"]:

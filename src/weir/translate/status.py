@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -92,7 +93,7 @@ def parents_status(
     none, the result removes them. Equal results are one object (see
     :func:`parent_entry`), unless ``unique`` says ``ours`` are one of a kind.
     """
-    written = [p for p in ((previous or {}).get(key) or []) if isinstance(p, dict)]
+    written = _written_entries(previous, key)
     others = [p for p in written if p.get("controllerName") != controller_name]
     if not ours and len(others) == len(written):
         return None
@@ -100,6 +101,41 @@ def parents_status(
         return {key: (others + ours)[:limit]}
     entries = _shared_list((others + ours)[:limit])
     return _share((key, id(entries)), {key: entries})  # type: ignore[no-any-return]
+
+
+_REF_FIELD = {"parents": "parentRef", "ancestors": "ancestorRef"}
+
+
+def _written_entries(previous: Mapping[str, Any] | None, key: str) -> list[dict[str, Any]]:
+    """The well-formed entries of ``previous[key]`` as written; anything else there is ignored.
+
+    ``status`` is read from manifests as plain data, unchecked (weir never
+    reads its own back): ``status: {parents: 5}`` passed validation and made
+    translation raise. An entry is kept only if it has the shape the API
+    gives it (a string ``controllerName``, an object ``parentRef`` or
+    ``ancestorRef``, a list of condition objects) and is plain JSON data,
+    as the status store and an API server expect.
+    """
+    entries = previous.get(key) if isinstance(previous, Mapping) else None
+    if not isinstance(entries, list):
+        return []
+    ref = _REF_FIELD.get(key, "parentRef")
+    return [entry for entry in entries if _well_formed(entry, ref)]
+
+
+def _well_formed(entry: Any, ref: str) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("controllerName"), str):
+        return False
+    conditions = entry.get("conditions", [])
+    if not isinstance(entry.get(ref), dict) or not isinstance(conditions, list):
+        return False
+    if not all(isinstance(c, dict) for c in conditions):
+        return False
+    try:
+        json.dumps(entry, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 #: Status parts already made (see :func:`parent_entry`), by content; emptied when it reaches
