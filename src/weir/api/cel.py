@@ -37,10 +37,8 @@ value or the CRD declares a default for it (:func:`weir.api.meta.crd_default`);
 a field that only has a model-side convenience default (``None``, ``()``)
 is absent, so ``has(self.caCertificateRefs)`` is false when the manifest
 omits it, as in the cluster. Building it from the model rather than from the
-raw input means the value has the types the schema promises, and a spelling
-weir accepts besides the released one (``port.number``) reads as the
-released field. A rule that only reads ``self.<field>`` gets only those
-fields (``CelRule.fields``), which keeps evaluation cheap.
+raw input means the value has the types the schema promises. A rule that
+only reads ``self.<field>`` gets only those fields (``CelRule.fields``), which keeps evaluation cheap.
 
 A failing rule is a pydantic error of type ``cel`` at the node that carries
 the rule, whose message is the rule's message and whose input is the node's

@@ -222,7 +222,8 @@ def _message(err: Any, located: _Located) -> str:
         return f"Too many: {shown}: must have at most {ctx.get('max_length')} items"
     if kind == "too_short":
         shown = len(value) if isinstance(value, list | tuple | dict) else ctx.get("actual_length")
-        return f"Invalid value: {shown}: should have at least {ctx.get('min_length')} items"
+        unit = "properties" if isinstance(value, dict) else "items"
+        return f"Invalid value: {shown}: should have at least {ctx.get('min_length')} {unit}"
     if kind in _TYPE_NAMES:
         if value is None and located.is_field:
             return "Required value"
@@ -231,6 +232,11 @@ def _message(err: Any, located: _Located) -> str:
         error = ctx.get("error")
         text = str(error) if error is not None else str(err.get("msg", ""))
         return f"Invalid value: {show_value(value)}: {text}"
+    if kind == "field_not_declared":  # a key of another shape of the kind (server-side field validation)
+        return "field not declared in schema"
+    if kind == "too_few_properties":
+        shown = len(value) if isinstance(value, dict) else 0
+        return f"Invalid value: {shown}: should have at least {ctx.get('min')} properties"
     if kind == "extra_forbidden":
         return "Forbidden: unknown field (check the spelling)"
     return f"Invalid value: {show_value(value)}: {err.get('msg', kind)}"

@@ -256,11 +256,11 @@ class BackendResolver:
         xb = self._resources.get(XBackend, namespace, ref.name)
         if xb is None:
             return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
-        if ref.port is not None and ref.port != xb.spec.port.port:
+        if ref.port is not None and ref.port != xb.spec.port_number:
             return RefFailure(
                 st.R_BACKEND_NOT_FOUND,
                 f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
-                f"port {xb.spec.port.port}; omit the port or make them equal",
+                f"port {xb.spec.port_number}; omit the port or make them equal",
             )
         if route_kind == "GRPCRoute" and not _carries_grpc(xb):
             protocol = xb.spec.protocol or "unset (HTTP)"
@@ -376,7 +376,11 @@ class BackendResolver:
         routes use it.
 
         Entries written by other controllers are kept; weir's entries for
-        Gateways that no longer use the XBackend disappear. At most 32.
+        Gateways that no longer use the XBackend disappear. At most 32. The
+        status has the shape of the object (:attr:`XBackend.shape`):
+        ``parents[].parentRef`` for v1.6, ``ancestors[].ancestorRef`` for
+        main, never both (a provider whose CRD has the other shape converts
+        it with :func:`weir.translate.status.reshape_xbackend_status`).
         """
         out: dict[ObjectKey, dict[str, Any]] = {}
         if only is None:
@@ -389,16 +393,18 @@ class BackendResolver:
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation
             conditions = [st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions]
+            status_list, status_ref = st.XBACKEND_STATUS_KEYS[xb.shape]
             ours = [
                 st.parent_entry(
                     {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name},
                     controller_name,
                     conditions,
                     unique=True,  # an XBackend's Accepted message names its hostname and port
+                    ref_key=status_ref,
                 )
                 for gw in users
             ]
-            status = st.parents_status(xb.status, controller_name, ours, unique=True)
+            status = st.parents_status(xb.status, controller_name, ours, key=status_list, unique=True)
             if status is not None:
                 out[xb.key] = status
         return out
@@ -406,8 +412,6 @@ class BackendResolver:
 
 def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -> XBackendVerdict:
     spec = xb.spec
-    assert spec.external_hostname is not None  # guaranteed by the model for type ExternalHostname
-    hostname = spec.external_hostname.hostname
     name = f"xbackend/{xb.namespace}/{xb.name}"
 
     def refused(accepted_reason: str, message: str, resolved_reason: str | None = None) -> XBackendVerdict:
@@ -418,6 +422,13 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             conds.append((st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"))
         return XBackendVerdict(None, (), tuple(conds))
 
+    if spec.external_hostname is None:  # type EndpointSelector (main shape)
+        return refused(
+            st.R_UNSUPPORTED_VALUE,
+            "type EndpointSelector is not supported by this version of weir; "
+            "refer to a Service that selects these Pods instead",
+        )
+    hostname = spec.external_hostname.hostname
     why_not = egress.refused_hostname(hostname)
     if why_not is not None:
         return refused(st.R_UNSUPPORTED_VALUE, why_not)
@@ -461,20 +472,20 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             upstream_tls = dataclasses.replace(upstream_tls, client_certificate=cert.name)
     upstream = ir.Upstream(
         name=name,
-        destination=ir.DnsName(hostname, spec.port.port),
+        destination=ir.DnsName(hostname, spec.port_number),
         protocol=_protocol(spec.protocol, tls_on=upstream_tls is not None),
         tls=upstream_tls,
         host_header=None if spec.protocol == "TCP" else hostname,
     )
     if upstream_tls is None:
         message = (
-            f"Traffic to {hostname}:{spec.port.port} is sent unencrypted (tls.mode None); "
+            f"Traffic to {hostname}:{spec.port_number} is sent unencrypted (tls.mode None); "
             "set tls.mode ServerOnly to encrypt and verify it"
         )
     else:
         names = ", ".join(san.value for san in upstream_tls.subject_alt_names)
         message = (
-            f"Traffic to {hostname}:{spec.port.port} uses TLS with SNI {upstream_tls.sni}; "
+            f"Traffic to {hostname}:{spec.port_number} uses TLS with SNI {upstream_tls.sni}; "
             f"the certificate must name {names}"
         )
     conds = (
