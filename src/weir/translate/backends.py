@@ -36,6 +36,10 @@ WS_APP_PROTOCOL = "kubernetes.io/ws"
 WSS_APP_PROTOCOL = "kubernetes.io/wss"
 
 
+#: XBackend protocols whose exchanges are long-lived: MCP's event streams, gRPC's streaming calls
+#: (which carry their own deadline), WebSocket sessions. Routes to them have no request timeout.
+STREAMING_PROTOCOLS = ("MCP", "GRPC", "WSS")
+
 #: Route kinds that relay bytes rather than requests: their backends speak raw TCP.
 RAW_ROUTE_KINDS = ("TCPRoute", "TLSRoute")
 
@@ -288,7 +292,7 @@ class BackendResolver:
         self.credential_policies.for_xbackend(xb, gateways)
         self.mcp_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
-        return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol == "MCP")
+        return Resolved(verdict.upstream, verdict.secrets, streaming=xb.spec.protocol in STREAMING_PROTOCOLS)
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
@@ -439,6 +443,13 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             "protocol H2C is HTTP/2 over plaintext and cannot be combined with TLS; "
             "use HTTP2 for HTTP/2 over TLS",
         )
+    if spec.protocol == "WSS" and mode == "None":
+        # main's schema takes tls.mode None as "tls is set"; WSS is WebSocket over TLS all the same.
+        return refused(
+            st.R_INVALID,
+            "protocol WSS is WebSocket over TLS, but tls.mode is None (plaintext); "
+            "set tls.mode ServerOnly (or ClientAndServer)",
+        )
     upstream_tls: ir.UpstreamTLS | None = None
     secrets: list[ir.Secret] = []
     if spec.tls is not None and mode != "None":
@@ -476,6 +487,8 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
         protocol=_protocol(spec.protocol, tls_on=upstream_tls is not None),
         tls=upstream_tls,
         host_header=None if spec.protocol == "TCP" else hostname,
+        websocket=spec.protocol == "WSS",
+        grpc=spec.protocol == "GRPC",
     )
     if upstream_tls is None:
         message = (
@@ -497,7 +510,7 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
 
 def _carries_grpc(xb: XBackend) -> bool:
     """Whether what weir speaks to ``xb`` can be HTTP/2 (see :func:`_protocol`)."""
-    if xb.spec.protocol in ("HTTP2", "H2C"):
+    if xb.spec.protocol in ("HTTP2", "H2C", "GRPC"):
         return True
     tls_on = xb.spec.tls is not None and xb.spec.tls.mode != "None"
     return xb.spec.protocol in (None, "HTTP") and tls_on
@@ -509,14 +522,16 @@ def _protocol(protocol: str | None, *, tls_on: bool) -> ir.UpstreamProtocol:
     ``HTTP2`` is HTTP/2 only: over TLS with ALPN ``h2``, in plaintext h2c with
     prior knowledge; a server that cannot speak it fails the request, there is
     no fallback to HTTP/1.1. ``H2C`` is the plaintext half of that (with TLS
-    it never gets here). ``HTTP11`` is HTTP/1.1 only. Unset, ``HTTP`` and
-    ``MCP`` (streamable HTTP is plain HTTP) let ALPN choose over TLS and
-    speak HTTP/1.1 in plaintext, where nothing can negotiate.
+    it never gets here). ``GRPC`` is gRPC, which is HTTP/2 (ALPN ``h2``, or
+    h2c in plaintext). ``HTTP11`` is HTTP/1.1 only, and so is ``WSS``: a
+    WebSocket session starts as an HTTP/1.1 upgrade (RFC 6455), over TLS.
+    Unset, ``HTTP`` and ``MCP`` (streamable HTTP is plain HTTP) let ALPN
+    choose over TLS and speak HTTP/1.1 in plaintext, where nothing can negotiate.
     """
     if protocol == "TCP":
         return ir.UpstreamProtocol.TCP
-    if protocol in ("HTTP2", "H2C"):
+    if protocol in ("HTTP2", "H2C", "GRPC"):
         return ir.UpstreamProtocol.HTTP2
-    if protocol == "HTTP11":
+    if protocol in ("HTTP11", "WSS"):
         return ir.UpstreamProtocol.HTTP1
     return ir.UpstreamProtocol.AUTO if tls_on else ir.UpstreamProtocol.HTTP1
