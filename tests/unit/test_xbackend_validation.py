@@ -590,14 +590,14 @@ INVALID_MAIN: list[Case] = [
         "main-label-value-pattern",
         merged(SELECTOR, spec(endpointSelector={"matchLabels": {"app": "-web"}})),
         (
-            "spec.endpointSelector.matchLabels[app]",
+            "spec.endpointSelector.matchLabels.app",
             "Invalid value: \"-web\": should match '^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'",
         ),
     ),
     invalid(
         "main-label-value-64",
         merged(SELECTOR, spec(endpointSelector={"matchLabels": {"app": "a" * 64}})),
-        ("spec.endpointSelector.matchLabels[app]", "Too long: may not be longer than 63"),
+        ("spec.endpointSelector.matchLabels.app", "Too long: may not be longer than 63"),
     ),
     invalid(
         "main-shares-tls-rules",
@@ -815,3 +815,24 @@ def test_the_engine_coexists_with_xds_protos_cel_package() -> None:
 
     importlib.import_module("cel.expr.syntax_pb2")
     assert cel.engine.compile("1 + 1").execute({}) == 2
+
+
+@pytest.mark.parametrize(("name", "warned"), [("https", True), ("", False), (None, False)])
+def test_port_name_is_accepted_with_a_warning_for_v16_clusters(
+    tmp_path: Path, name: str | None, warned: bool
+) -> None:
+    """The released rule makes an API server with the v1.6.x CRD refuse every non-empty name
+    (measured: kube-apiserver v1.32 says "spec.port.name: Invalid value: "string": Name must be a
+    valid DNS label" for "https"); weir accepts a valid name, as the rule means, and says so."""
+    port: dict[str, Any] = {"port": 443} if name is None else {"port": 443, "name": name}
+    code, path, errors, output = run_validate(tmp_path, merged(BASE, spec(port=port)))
+    assert (code, errors) == (0, []), output
+    warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
+    if warned:
+        assert warnings == [
+            f"warning: {path}:1: XBackend egress/api: spec.port.name: accepted, but a cluster with the "
+            "released v1.6.x XBackend CRD refuses every non-empty name (its rule is wrong upstream; "
+            "upstream main removed the field): omit it for such clusters"
+        ]
+    else:
+        assert warnings == []

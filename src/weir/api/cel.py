@@ -68,13 +68,14 @@ import types
 import typing
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError, model_validator
+from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
+from pydantic_core import core_schema
 
 from weir.api.cel_library import LIBRARY, engine, format_validate_or_null
+from weir.api.listtypes import ObjectChecked, ObjectError, raise_errors
 from weir.api.meta import NO_DEFAULT, Model, crd_default
 
 __all__ = [
@@ -432,22 +433,10 @@ def cel_errors(
 
 def check_rules(obj: BaseModel) -> None:
     """Raise a :class:`~pydantic.ValidationError` (type ``cel``) for each rule in ``obj`` that fails."""
-    failed = cel_errors(obj)
-    if failed:
-        raise ValidationError.from_exception_data(
-            type(obj).__name__,
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError("cel", "{message}", {"message": message}),
-                    loc=loc,
-                    input=node_type,
-                )
-                for loc, message, node_type in failed
-            ],
-        )
+    raise_errors(type(obj), [(loc, "cel", message, kind) for loc, message, kind in cel_errors(obj)])
 
 
-class CelChecked(Model):
+class CelChecked(ObjectChecked):
     """Mixin for a resource kind: once the object has passed its schema, check every CEL rule in it.
 
     The rules run on the whole object at once, as the API server runs them
@@ -456,10 +445,10 @@ class CelChecked(Model):
     is reported with those errors only (the API server, too, skips CEL when
     such errors are "blocking": wrong type, enum, required, too long, too
     many; it still runs CEL after a pattern or range error, weir does not).
-    Nested models are not checked on their own: validate the kind.
+    Repeated keys of list types (:mod:`weir.api.listtypes`) are reported
+    with them, first, as the API server does. Nested models are not checked
+    on their own: validate the kind.
     """
 
-    @model_validator(mode="after")
-    def _check_cel_rules(self) -> Self:
-        check_rules(self)
-        return self
+    def object_errors(self) -> list[ObjectError]:
+        return [*super().object_errors(), *((loc, "cel", m, kind) for loc, m, kind in cel_errors(self))]

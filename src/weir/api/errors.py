@@ -136,6 +136,8 @@ def _locate(model: type[BaseModel], loc: tuple[int | str, ...]) -> _Located:
     """Render pydantic's ``loc`` as a Kubernetes field path, walking the model's types."""
     out: list[str] = []
     tp: Any = model
+    api_version = str(getattr(model, "API_VERSION", ""))
+    native = api_version == "v1" or api_version.startswith("discovery.k8s.io/") or loc[:1] == ("metadata",)
     via_union = False
     is_field = False
     for part in loc:
@@ -174,7 +176,9 @@ def _locate(model: type[BaseModel], loc: tuple[int | str, ...]) -> _Located:
             continue
         if origin is dict or tp is dict or origin is abc.Mapping:
             args = typing.get_args(tp)
-            out.append(f"[{part}]")
+            # A map value: ``data[key]`` in Kubernetes' own kinds; ``labels.key`` in a custom
+            # resource, whose schema validation joins the path with dots (kube-apiserver v1.32).
+            out.append(f"[{part}]" if native else f".{part}")
             tp = args[1] if len(args) == 2 else Any
             is_field = False
             continue
@@ -232,6 +236,8 @@ def _message(err: Any, located: _Located) -> str:
         error = ctx.get("error")
         text = str(error) if error is not None else str(err.get("msg", ""))
         return f"Invalid value: {show_value(value)}: {text}"
+    if kind == "duplicate":  # a repeated key of a list-map or list-set (weir.api.listtypes)
+        return str(err.get("msg", ""))
     if kind == "field_not_declared":  # a key of another shape of the kind (server-side field validation)
         return "field not declared in schema"
     if kind == "too_few_properties":

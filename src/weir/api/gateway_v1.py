@@ -10,11 +10,22 @@ server does).
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import re
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from weir.api.listtypes import LIST_SET, ObjectChecked, ObjectError, list_map
 from weir.api.meta import (
     Group,
     Hostname,
@@ -141,35 +152,102 @@ class Listener(Model):
         raise ValueError("hostname must not be specified for protocols ['TCP', 'UDP']")
 
 
+#: Gateway API ``AddressType``: a core type, or a domain-prefixed one. Upstream's pattern, as
+#: written: its alternatives are not grouped, so ``^`` and ``$`` bind to the first and the last.
+ADDRESS_TYPE_PATTERN = (
+    r"^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"\/[A-Za-z0-9\/\-._~%!$&'()*+,;=:]+$"
+)
+_HOSTNAME_VALUE = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def ip_format(value: str) -> str | None:
+    """``ipv4`` or ``ipv6`` if ``value`` is one in the OpenAPI formats' sense, else ``None``.
+
+    The API server checks them with Go's ``net.ParseIP`` (IPv4: dotted quad
+    without leading zeros; IPv6: with ``:``, no zone, no prefix length).
+    """
+    if "%" in value or "/" in value:
+        return None
+    try:
+        parsed = ipaddress.ip_address(value)
+    except ValueError:
+        return None
+    if parsed.version == 4:
+        return "ipv4"
+    return "ipv6" if ":" in value else None
+
+
 class GatewayAddress(Model):
-    type: str = Field(default="IPAddress", min_length=1, max_length=253)
+    """``spec.addresses[]``: an ``IPAddress`` value is an IPv4 or IPv6 address (the CRD's
+    ``oneOf``/``anyOf`` of formats); a ``Hostname`` value matches the hostname pattern (CEL)."""
+
+    type: str = Field(default="IPAddress", min_length=1, max_length=253, pattern=ADDRESS_TYPE_PATTERN)
     value: str = Field(min_length=1, max_length=253)
+
+    @field_validator("value", mode="after")
+    @classmethod
+    def _ip_by_type(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("type") == "IPAddress" and ip_format(value) is None:
+            # The API server reports the first format of the anyOf that fails.
+            raise PydanticCustomError("format", "must be of type ipv4: {shown}", {"shown": json.dumps(value)})
+        return value
+
+    @model_validator(mode="after")
+    def _hostname_value(self) -> Self:
+        if self.type == "Hostname" and not _HOSTNAME_VALUE.match(self.value):
+            raise ValueError(
+                "Hostname value must be empty or contain only valid characters (matching "
+                "^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)"
+            )
+        return self
+
+
+def _unique_addresses(addresses: tuple[GatewayAddress, ...]) -> list[str]:
+    """The messages of ``spec.addresses``' two uniqueness rules that fail."""
+    out = []
+    for kind in ("IPAddress", "Hostname"):
+        values = [a.value for a in addresses if a.type == kind]
+        if len(values) != len(set(values)):
+            out.append(f"{kind} values must be unique")
+    return out
+
+
+def _unique_listeners(listeners: tuple[Listener, ...]) -> tuple[Listener, ...]:
+    """The two uniqueness rules on ``spec.listeners`` (a list-map keyed by name)."""
+    names = [listener.name for listener in listeners]
+    if len(names) != len(set(names)):
+        raise ValueError("Listener name must be unique within the Gateway")
+    combos = [(lst.port, lst.protocol, lst.hostname) for lst in listeners]
+    if len(combos) != len(set(combos)):
+        raise ValueError("Combination of port, protocol and hostname must be unique for each listener")
+    return listeners
 
 
 class GatewaySpec(Model):
     gateway_class_name: ObjectName
-    listeners: tuple[Listener, ...] = Field(min_length=1, max_length=64)
+    listeners: Annotated[
+        tuple[Listener, ...],
+        Field(min_length=1, max_length=64, json_schema_extra=list_map("name")),
+        AfterValidator(_unique_listeners),
+    ]
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
     #: ``spec.tls`` (frontend client certificate validation, backend client certificate), kept
     #: as written: weir implements neither, and refuses what it would otherwise silently skip.
     tls: dict[str, Any] | None = None
 
-    @model_validator(mode="after")
-    def _unique_listener_names(self) -> GatewaySpec:
-        names = [listener.name for listener in self.listeners]
-        if len(names) != len(set(names)):
-            raise ValueError("Listener name must be unique within the Gateway")
-        combos = [(lst.port, lst.protocol, lst.hostname) for lst in self.listeners]
-        if len(combos) != len(set(combos)):
-            raise ValueError("Combination of port, protocol and hostname must be unique for each listener")
-        return self
 
-
-class Gateway(KubeObject):
+class Gateway(ObjectChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "Gateway"
 
     spec: GatewaySpec
+
+    def object_errors(self) -> list[ObjectError]:
+        # The uniqueness rules on spec.addresses (CEL on the list: both are reported).
+        addresses = self.spec.addresses
+        found = [(("spec", "addresses"), "cel", m, "array") for m in _unique_addresses(addresses)]
+        return [*super().object_errors(), *found]
 
 
 # ---------------------------------------------------------------- HTTPRoute
@@ -182,6 +260,10 @@ class ParentReference(Model):
     name: ObjectName
     section_name: SectionName | None = None
     port: PortNumber | None = None
+
+
+#: The characters a path of type Exact or PathPrefix may hold (RFC 3986 pchar, and '/').
+_PATH_CHARACTERS = re.compile(r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$")
 
 
 class HTTPPathMatch(Model):
@@ -201,8 +283,14 @@ class HTTPPathMatch(Model):
             for bad in ("/./", "/../", "%2f", "%2F", "#"):
                 if bad in self.value:
                     raise ValueError(f"must not contain '{bad}' when type one of ['Exact', 'PathPrefix']")
-            if self.value.endswith(("/..", "/.")):
-                raise ValueError("must not end with '/..' or '/.' when type one of ['Exact', 'PathPrefix']")
+            for end in ("/..", "/."):
+                if self.value.endswith(end):
+                    raise ValueError(f"must not end with '{end}' when type one of ['Exact', 'PathPrefix']")
+            if not _PATH_CHARACTERS.match(self.value):
+                raise ValueError(
+                    f"must only contain valid characters (matching {_PATH_CHARACTERS.pattern}) "
+                    "for types ['Exact', 'PathPrefix']"
+                )
         return self
 
 
@@ -228,8 +316,12 @@ HTTPMethod = Literal["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS
 
 class HTTPRouteMatch(Model):
     path: HTTPPathMatch = HTTPPathMatch()
-    headers: tuple[HTTPHeaderMatch, ...] = Field(default=(), max_length=16)
-    query_params: tuple[HTTPQueryParamMatch, ...] = Field(default=(), max_length=16)
+    headers: tuple[HTTPHeaderMatch, ...] = Field(
+        default=(), max_length=16, json_schema_extra=list_map("name")
+    )
+    query_params: tuple[HTTPQueryParamMatch, ...] = Field(
+        default=(), max_length=16, json_schema_extra=list_map("name")
+    )
     method: HTTPMethod | None = None
 
 
@@ -247,9 +339,9 @@ class HTTPHeaderFilter(Model):
     server does not check it across lists, translation does.
     """
 
-    set: tuple[HTTPHeader, ...] = Field(default=(), max_length=16)
-    add: tuple[HTTPHeader, ...] = Field(default=(), max_length=16)
-    remove: tuple[str, ...] = Field(default=(), max_length=16)
+    set: tuple[HTTPHeader, ...] = Field(default=(), max_length=16, json_schema_extra=list_map("name"))
+    add: tuple[HTTPHeader, ...] = Field(default=(), max_length=16, json_schema_extra=list_map("name"))
+    remove: tuple[str, ...] = Field(default=(), max_length=16, json_schema_extra=LIST_SET)
 
 
 class HTTPPathModifier(Model):
@@ -557,7 +649,7 @@ class HTTPRouteSpec(Model):
     )
 
 
-class HTTPRoute(KubeObject):
+class HTTPRoute(ObjectChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "HTTPRoute"
 

@@ -192,6 +192,10 @@ class KubeObject(Model):
     def key(self) -> ObjectKey:
         return ObjectKey(self.KIND, self.namespace, self.name)
 
+    def warnings(self) -> tuple[tuple[str, str], ...]:
+        """``(field path, message)`` of what is valid here but will not be elsewhere (a cluster's CRD)."""
+        return ()
+
 
 class ObjectKey(tuple[str, str, str]):
     """``(kind, namespace, name)``; namespace is '' for cluster-scoped kinds."""

@@ -397,3 +397,17 @@ class XBackend(CelChecked, KubeObject):
     @property
     def shape(self) -> Shape:
         return self.spec.SHAPE
+
+    def warnings(self) -> tuple[tuple[str, str], ...]:
+        """A v1.6 ``port.name``: weir accepts a valid DNS label, as the field's rule means, but that
+        rule makes an API server with the released v1.6.x CRD refuse every non-empty name."""
+        if isinstance(self.spec, XBackendSpec) and self.spec.port.name:
+            return (
+                (
+                    "spec.port.name",
+                    "accepted, but a cluster with the released v1.6.x XBackend CRD refuses every "
+                    "non-empty name (its rule is wrong upstream; upstream main removed the field): "
+                    "omit it for such clusters",
+                ),
+            )
+        return ()
