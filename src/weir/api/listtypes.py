@@ -90,11 +90,33 @@ def _plan(model: type[BaseModel]) -> tuple[_Field, ...]:
     return tuple(out)
 
 
-def _key(item: Any, keys: tuple[str, ...]) -> tuple[Any, ...] | None:
-    if not isinstance(item, BaseModel):
-        return None
-    by_alias = {(info.alias or name): name for name, info in type(item).model_fields.items()}
-    return tuple(getattr(item, by_alias[k], None) for k in keys)
+@cache
+def _attributes(model: type[BaseModel], keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The attribute names of a map's ``keys`` (JSON names) in ``model``."""
+    by_alias = {(info.alias or name): name for name, info in model.model_fields.items()}
+    return tuple(by_alias[k] for k in keys)
+
+
+def _repeats(f: _Field, items: tuple[Any, ...] | list[Any], loc: tuple[int | str, ...]) -> list[ObjectError]:
+    out: list[ObjectError] = []
+    seen: set[Any] = set()
+    for i, item in enumerate(items):
+        if f.list_type == "set":
+            key: Any = item
+        elif isinstance(item, BaseModel):
+            key = tuple(getattr(item, a) for a in _attributes(type(item), f.keys))
+        else:
+            continue
+        if key in seen:
+            if f.list_type == "set":
+                shown = _go_value(item)
+            else:
+                pairs = sorted(zip(f.keys, key, strict=True))
+                inner = ", ".join(f"{json.dumps(k)}:{_go_value(v)}" for k, v in pairs)
+                shown = "map[string]interface {}{" + inner + "}"
+            out.append(((*loc, f.alias, i), DUPLICATE, f"Duplicate value: {shown}", item))
+        seen.add(key)
+    return out
 
 
 def duplicate_errors(obj: BaseModel, loc: tuple[int | str, ...] = ()) -> list[ObjectError]:
@@ -102,27 +124,10 @@ def duplicate_errors(obj: BaseModel, loc: tuple[int | str, ...] = ()) -> list[Ob
     out: list[ObjectError] = []
     for f in _plan(type(obj)):
         value = getattr(obj, f.name)
-        if value is None:
+        if not value:
             continue
-        if f.list_type and isinstance(value, tuple | list):
-            seen: set[Any] = set()
-            for i, item in enumerate(value):
-                if f.list_type == "set":
-                    key: Any = item
-                    shown = _go_value(item)
-                else:
-                    key = _key(item, f.keys)
-                    if key is None:
-                        continue
-                    pairs = sorted(zip(f.keys, key, strict=True))
-                    shown = (
-                        "map[string]interface {}{"
-                        + ", ".join(f"{json.dumps(k)}:{_go_value(v)}" for k, v in pairs)
-                        + "}"
-                    )
-                if key in seen:
-                    out.append(((*loc, f.alias, i), DUPLICATE, f"Duplicate value: {shown}", item))
-                seen.add(key)
+        if f.list_type and len(value) > 1 and isinstance(value, tuple | list):
+            out.extend(_repeats(f, value, loc))
         if not f.nested:
             continue
         if isinstance(value, BaseModel):
