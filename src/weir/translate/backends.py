@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
-from weir.api.core_v1 import Service, ServicePort
+from weir.api.core_v1 import Pod, Service, ServicePort
 from weir.api.gateway_v1 import GROUP as GATEWAY_GROUP
 from weir.api.gateway_v1 import BackendRef
 from weir.api.meta import ObjectKey
@@ -216,41 +216,13 @@ class BackendResolver:
             secrets = (*secrets, applied_credential.secret)
         upstream = ir.Upstream(
             name=name,
-            destination=ir.StaticEndpoints(self._endpoints(svc, port)),
+            destination=ir.StaticEndpoints(service_endpoints(self._resources, svc, port)),
             protocol=protocol,
             tls=upstream_tls,
             websocket=websocket,
             credential=credential,
         )
         return Resolved(upstream, secrets, streaming=websocket)
-
-    def _endpoints(self, svc: Service, port: ServicePort) -> tuple[ir.Endpoint, ...]:
-        """The endpoints of ``svc`` for ``port``, from every slice, matched to slice ports by name.
-
-        As kube-proxy does: the ready endpoints; when there are none, the
-        terminating ones that still serve, so that connections keep working
-        while a whole Service rolls over (they would otherwise all fail,
-        though the old pods still answer). Endpoints that neither are ready
-        nor serve are never used. FQDN slices are not read.
-        """
-        ready: set[tuple[str, int]] = set()
-        draining: set[tuple[str, int]] = set()
-        wanted = port.name or ""
-        for eps in self._resources.endpoint_slices(svc.namespace, svc.name):
-            if eps.address_type == "FQDN":
-                continue
-            slice_port = next(
-                (p for p in eps.ports if (p.name or "") == wanted and p.protocol == port.protocol and p.port),
-                None,
-            )
-            if slice_port is None or slice_port.port is None:
-                continue
-            for endpoint in eps.endpoints:
-                if endpoint.is_ready:
-                    ready.update((addr, slice_port.port) for addr in endpoint.addresses)
-                elif endpoint.is_serving and endpoint.is_terminating:
-                    draining.update((addr, slice_port.port) for addr in endpoint.addresses)
-        return tuple(ir.Endpoint(a, p) for a, p in sorted(ready or draining))
 
     # ------------------------------------------------------------ XBackends
 
@@ -345,7 +317,11 @@ class BackendResolver:
             if verdict is None or verdict.upstream is None:
                 continue
             upstream = verdict.upstream
-            assert isinstance(upstream.destination, ir.DnsName)
+            if not isinstance(upstream.destination, ir.DnsName):
+                # EndpointSelector: Pods in the cluster, whose addresses their owners choose (as for
+                # Services); the egress guard is for external hostnames.
+                settled[upstream.name] = (upstream, verdict.secrets)
+                continue
             classes = sorted({gateway_classes[gw] for gw in users if gw in gateway_classes})
             decision = egress.decide(
                 upstream.destination.hostname, [policies[c] for c in classes if c in policies] or [fallback]
@@ -414,6 +390,67 @@ class BackendResolver:
         return out
 
 
+def service_endpoints(resources: Resources, svc: Service, port: ServicePort) -> tuple[ir.Endpoint, ...]:
+    """The endpoints of ``svc`` for ``port``, from every slice, matched to slice ports by name.
+
+    As kube-proxy does: the ready endpoints; when there are none, the
+    terminating ones that still serve, so that connections keep working
+    while a whole Service rolls over (they would otherwise all fail,
+    though the old pods still answer). Endpoints that neither are ready
+    nor serve are never used. FQDN slices are not read.
+    """
+    ready: set[tuple[str, int]] = set()
+    draining: set[tuple[str, int]] = set()
+    wanted = port.name or ""
+    for eps in resources.endpoint_slices(svc.namespace, svc.name):
+        if eps.address_type == "FQDN":
+            continue
+        slice_port = next(
+            (p for p in eps.ports if (p.name or "") == wanted and p.protocol == port.protocol and p.port),
+            None,
+        )
+        if slice_port is None or slice_port.port is None:
+            continue
+        for endpoint in eps.endpoints:
+            if endpoint.is_ready:
+                ready.update((addr, slice_port.port) for addr in endpoint.addresses)
+            elif endpoint.is_serving and endpoint.is_terminating:
+                draining.update((addr, slice_port.port) for addr in endpoint.addresses)
+    return tuple(ir.Endpoint(a, p) for a, p in sorted(ready or draining))
+
+
+#: The label that ties a Service to the EndpointSelector XBackend it serves (value: the XBackend's
+#: name): in a cluster, the headless Service made for the XBackend (its EndpointSlices carry it too).
+SELECTOR_SERVICE_LABEL = "weir.dev/xbackend"
+
+
+def selected_endpoints(resources: Resources, xb: XBackend) -> tuple[ir.Endpoint, ...]:
+    """The endpoints of an EndpointSelector XBackend, on its port, in its namespace only.
+
+    The ready Pods of the namespace whose labels include every
+    ``matchLabels`` pair (files), and the endpoints of the Services of the
+    namespace labelled :data:`SELECTOR_SERVICE_LABEL` with the XBackend's name
+    (a cluster: the headless Service made for it, whose EndpointSlices say
+    which Pods are ready, as for any Service). Pods of other namespaces are
+    never selected.
+    """
+    selector = xb.spec.endpoint_selector
+    assert selector is not None
+    port = xb.spec.port_number
+    found: set[tuple[str, int]] = set()
+    for pod in resources.all(Pod):
+        if pod.namespace != xb.namespace or not pod.ready:
+            continue
+        labels = pod.metadata.labels
+        if all(labels.get(k) == v for k, v in selector.match_labels.items()):
+            found.update((address, port) for address in pod.addresses)
+    for svc in resources.all(Service):
+        if svc.namespace == xb.namespace and svc.metadata.labels.get(SELECTOR_SERVICE_LABEL) == xb.name:
+            for svc_port in svc.spec.ports:
+                found.update((e.address, e.port) for e in service_endpoints(resources, svc, svc_port))
+    return tuple(ir.Endpoint(a, p) for a, p in sorted(found))
+
+
 def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -> XBackendVerdict:
     spec = xb.spec
     name = f"xbackend/{xb.namespace}/{xb.name}"
@@ -426,16 +463,21 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             conds.append((st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"))
         return XBackendVerdict(None, (), tuple(conds))
 
-    if spec.external_hostname is None:  # type EndpointSelector (main shape)
-        return refused(
-            st.R_UNSUPPORTED_VALUE,
-            "type EndpointSelector is not supported by this version of weir; "
-            "refer to a Service that selects these Pods instead",
-        )
-    hostname = spec.external_hostname.hostname
-    why_not = egress.refused_hostname(hostname)
-    if why_not is not None:
-        return refused(st.R_UNSUPPORTED_VALUE, why_not)
+    selector = spec.endpoint_selector
+    if spec.external_hostname is not None:
+        hostname: str | None = spec.external_hostname.hostname
+        why_not = egress.refused_hostname(spec.external_hostname.hostname)
+        if why_not is not None:
+            return refused(st.R_UNSUPPORTED_VALUE, why_not)
+    else:  # type EndpointSelector (main shape): Pods in the cluster; the egress guard is for external names
+        hostname = None
+        tls_validation = spec.tls.validation if spec.tls is not None else None
+        if spec.tls is not None and spec.tls.mode != "None" and tls_validation is None:
+            return refused(
+                st.R_INVALID,
+                "type EndpointSelector with TLS needs tls.validation (its hostname is the SNI and the name "
+                "the Pods' certificate must carry): there is no external hostname to default to",
+            )
     mode = spec.tls.mode if spec.tls else "None"
     if spec.protocol == "H2C" and mode != "None":
         return refused(
@@ -454,12 +496,13 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
     secrets: list[ir.Secret] = []
     if spec.tls is not None and mode != "None":
         prefix = f"xbackend/{xb.namespace}/{xb.name}"
+        assert spec.tls.validation is not None or hostname is not None  # checked above
         result = tls.server_validation(
             resources,
             settings,
             namespace=xb.namespace,
             validation=spec.tls.validation,
-            default_hostname=hostname,
+            default_hostname=hostname or "",
             secret_prefix=prefix,
         )
         if isinstance(result, tls.TlsProblem) or result.skipped:
@@ -481,9 +524,19 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
                 return refused(cert.accepted_reason, cert.message, cert.resolved_reason)
             secrets.append(cert)
             upstream_tls = dataclasses.replace(upstream_tls, client_certificate=cert.name)
+    destination: ir.DnsName | ir.StaticEndpoints
+    if hostname is not None:
+        destination = ir.DnsName(hostname, spec.port_number)
+        target = f"{hostname}:{spec.port_number}"
+    else:
+        assert selector is not None
+        destination = ir.StaticEndpoints(selected_endpoints(resources, xb))
+        # Not how many are ready: that changes with every rollout, and status would follow.
+        chosen = ",".join(f"{k}={v}" for k, v in sorted(selector.match_labels.items()))
+        target = f"the Pods of {xb.namespace} selected by {chosen}, port {spec.port_number},"
     upstream = ir.Upstream(
         name=name,
-        destination=ir.DnsName(hostname, spec.port_number),
+        destination=destination,
         protocol=_protocol(spec.protocol, tls_on=upstream_tls is not None),
         tls=upstream_tls,
         host_header=None if spec.protocol == "TCP" else hostname,
@@ -492,14 +545,13 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
     )
     if upstream_tls is None:
         message = (
-            f"Traffic to {hostname}:{spec.port_number} is sent unencrypted (tls.mode None); "
+            f"Traffic to {target} is sent unencrypted (tls.mode None); "
             "set tls.mode ServerOnly to encrypt and verify it"
         )
     else:
         names = ", ".join(san.value for san in upstream_tls.subject_alt_names)
         message = (
-            f"Traffic to {hostname}:{spec.port_number} uses TLS with SNI {upstream_tls.sni}; "
-            f"the certificate must name {names}"
+            f"Traffic to {target} uses TLS with SNI {upstream_tls.sni}; the certificate must name {names}"
         )
     conds = (
         (st.ACCEPTED, True, st.R_ACCEPTED, message),
