@@ -89,6 +89,10 @@ spec:
 GATEWAY_WITH_ADDRESSES = (
     GATEWAY + "  gatewayClassName: weir\n  listeners: [{name: web, port: 80, protocol: HTTP}]\n  addresses:\n"
 )
+GATEWAY_INFRASTRUCTURE = (
+    GATEWAY
+    + "  gatewayClassName: weir\n  listeners: [{name: web, port: 80, protocol: HTTP}]\n  infrastructure:\n"
+)
 TLSROUTE = """\
 apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
@@ -351,6 +355,37 @@ INVALID: list[tuple[str, str, list[str]]] = [
             'case.yaml:6: Gateway infra/gw: spec.addresses[0].type: Invalid value: "Other": should match '
             "'^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
             "\\/[A-Za-z0-9\\/\\-._~%!$&'()*+,;=:]+$'"
+        ],
+    ),
+    (
+        "gateway-infrastructure-label-key",
+        GATEWAY_INFRASTRUCTURE + "    labels: {'Bad Key': v}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.infrastructure.labels: Invalid value: "object": Label keys '
+            "must be in the form of an optional DNS subdomain prefix followed by a required name segment "
+            "of up to 63 characters."
+        ],
+    ),
+    (
+        "gateway-infrastructure-label-value",
+        GATEWAY_INFRASTRUCTURE + "    labels: {app: -web}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.infrastructure.labels.app: Invalid value: "-web": '
+            "should match '^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'"
+        ],
+    ),
+    (
+        "gateway-infrastructure-labels-9",
+        GATEWAY_INFRASTRUCTURE + "    labels: {" + ", ".join(f"k{i}: v" for i in range(9)) + "}\n",
+        ["case.yaml:6: Gateway infra/gw: spec.infrastructure.labels: Too many: 9: must have at most 8 items"],
+    ),
+    (
+        "gateway-infrastructure-annotation-prefix",
+        GATEWAY_INFRASTRUCTURE + "    annotations: {" + "a" * 260 + "/x: v}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.infrastructure.annotations: Invalid value: "object": '
+            "If specified, the annotation key's prefix must be a DNS subdomain not longer than 253 "
+            "characters in total."
         ],
     ),
     (

@@ -25,12 +25,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from weir.api.cel import CelChecked, CelRule
 from weir.api.listtypes import LIST_SET, ObjectChecked, ObjectError, list_map
 from weir.api.meta import (
+    AnnotationValue,
     Group,
     Hostname,
     Kind,
     KubeObject,
+    LabelValue,
     LocalObjectReference,
     Model,
     Namespace,
@@ -224,6 +227,44 @@ def _unique_listeners(listeners: tuple[Listener, ...]) -> tuple[Listener, ...]:
     return listeners
 
 
+_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?"
+    r"[A-Za-z0-9]$"
+)
+
+
+def _key_rules(what: str) -> tuple[CelRule, CelRule]:
+    """The two rules on the keys of ``spec.infrastructure.labels`` / ``annotations``."""
+    return (
+        CelRule(
+            f'self.all(key, key.matches(r"""{_KEY_PATTERN}"""))',
+            f"{what.capitalize()} keys must be in the form of an optional DNS subdomain prefix followed by "
+            "a required name segment of up to 63 characters.",
+        ),
+        CelRule(
+            'self.all(key, key.split("/")[0].size() < 253)',
+            f"If specified, the {what} key's prefix must be a DNS subdomain not longer than 253 characters "
+            "in total.",
+        ),
+    )
+
+
+class LocalParametersReference(Model):
+    group: Group
+    kind: Kind
+    name: str = Field(min_length=1, max_length=253)
+
+
+class GatewayInfrastructure(Model):
+    """``spec.infrastructure``: not used by weir; validated as the API server does."""
+
+    labels: Annotated[dict[str, LabelValue], Field(max_length=8), *_key_rules("label")] | None = None
+    annotations: (
+        Annotated[dict[str, AnnotationValue], Field(max_length=16), *_key_rules("annotation")] | None
+    ) = None
+    parameters_ref: LocalParametersReference | None = None
+
+
 class GatewaySpec(Model):
     gateway_class_name: ObjectName
     listeners: Annotated[
@@ -232,12 +273,13 @@ class GatewaySpec(Model):
         AfterValidator(_unique_listeners),
     ]
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
+    infrastructure: GatewayInfrastructure | None = None
     #: ``spec.tls`` (frontend client certificate validation, backend client certificate), kept
     #: as written: weir implements neither, and refuses what it would otherwise silently skip.
     tls: dict[str, Any] | None = None
 
 
-class Gateway(ObjectChecked, KubeObject):
+class Gateway(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "Gateway"
 

@@ -38,6 +38,7 @@ from weir.api.meta import (
     Hostname,
     Kind,
     KubeObject,
+    LabelValue,
     Model,
     Namespace,
     ObjectName,
@@ -257,12 +258,6 @@ class XBackendSpec(CelModel):
     @property
     def port_number(self) -> int:
         return self.port.port
-
-
-#: Gateway API ``LabelValue``: a label's value (its key is not checked by main's schema).
-LabelValue = Annotated[
-    str, Field(min_length=0, max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-]
 
 
 class EndpointSelector(Model):
