@@ -75,7 +75,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from weir.api.cel_library import LIBRARY, engine, format_validate_or_null
-from weir.api.listtypes import ObjectChecked, ObjectError, raise_errors
+from weir.api.listtypes import ObjectChecked, ObjectError, model_types, raise_errors
 from weir.api.meta import NO_DEFAULT, Model, crd_default
 
 __all__ = [
@@ -360,13 +360,6 @@ def _annotated_rules(annotation: Any) -> list[CelRule]:
     return []
 
 
-def _model_types(annotation: Any) -> set[type[BaseModel]]:
-    """The model classes a value of ``annotation`` may hold, at any depth of its type arguments."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return {annotation}
-    return {model for arg in typing.get_args(annotation) for model in _model_types(arg)}
-
-
 @dataclass(frozen=True, slots=True)
 class _Checks:
     """What :func:`cel_errors` does for one model class."""
@@ -391,7 +384,7 @@ def _checks(model: type[BaseModel]) -> _Checks:
         on_field = tuple(
             [m for m in info.metadata if isinstance(m, CelRule)] + _annotated_rules(info.annotation)
         )
-        nested = any(m is not model and not _checks(m).empty for m in _model_types(info.annotation))
+        nested = any(m is not model and not _checks(m).empty for m in model_types(info.annotation))
         if on_field or nested:
             fields.append((name, info.alias or name, _RuleSet(on_field), nested))
     return _Checks(_RuleSet(rules), only, tuple(fields))

@@ -60,10 +60,11 @@ def _go_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _model_types(annotation: Any) -> set[type[BaseModel]]:
+def model_types(annotation: Any) -> set[type[BaseModel]]:
+    """The model classes a value of ``annotation`` may hold, at any depth of its type arguments."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return {annotation}
-    return {model for arg in typing.get_args(annotation) for model in _model_types(arg)}
+    return {model for arg in typing.get_args(annotation) for model in model_types(arg)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ def _plan(model: type[BaseModel]) -> tuple[_Field, ...]:
         list_type = kind if kind in ("map", "set") else None
         named = extra.get("x-kubernetes-list-map-keys") if list_type == "map" else None
         keys = tuple(str(k) for k in named) if isinstance(named, list) else ()
-        nested = any(m is not model and _plan(m) for m in _model_types(info.annotation))
+        nested = any(m is not model and _plan(m) for m in model_types(info.annotation))
         if list_type or nested:
             out.append(_Field(name, info.alias or name, list_type, keys, nested))
     return tuple(out)
