@@ -320,11 +320,11 @@ INVALID: list[tuple[str, str, list[str]]] = [
         ],
     ),
     (
-        "gateway-address-ipv4-leading-zero",
-        GATEWAY_WITH_ADDRESSES + "  - {type: IPAddress, value: '01.2.3.4'}\n",
+        "gateway-address-ipv4-empty",
+        GATEWAY_WITH_ADDRESSES + "  - {type: IPAddress, value: ''}\n",
         [
             "case.yaml:6: Gateway infra/gw: spec.addresses[0].value: "
-            'Invalid value: "01.2.3.4": must be of type ipv4: "01.2.3.4"'
+            'Invalid value: "": must be of type ipv4: ""'
         ],
     ),
     (
@@ -1065,3 +1065,16 @@ def test_gc_paused_freezes_what_a_big_block_made_only_when_asked() -> None:
         assert len(kept) + len(small) + len(big) > 0
     finally:
         gc.unfreeze()
+
+
+def test_gateway_addresses_the_api_server_accepts() -> None:
+    """Measured on kube-apiserver v1.32 with the released schema: a value may be left out (the
+    implementation is to assign one), IPv4 parts may have leading zeros, IPv6 may end in IPv4."""
+    text = GATEWAY_WITH_ADDRESSES + (
+        "  - {type: IPAddress}\n  - {type: Hostname}\n  - {value: 01.2.3.4}\n"
+        "  - {value: '::ffff:1.2.3.4'}\n  - {type: Hostname, value: '*.example.com'}\n"
+        "  - {type: example.com/custom, value: anything}\n"
+    )
+    objects, problems = load_text(PRELUDE + text, "case.yaml")
+    assert strs(problems) == []
+    assert len(objects) == 2

@@ -167,18 +167,20 @@ _HOSTNAME_VALUE = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9](
 def ip_format(value: str) -> str | None:
     """``ipv4`` or ``ipv6`` if ``value`` is one in the OpenAPI formats' sense, else ``None``.
 
-    The API server checks them with Go's ``net.ParseIP`` (IPv4: dotted quad
-    without leading zeros; IPv6: with ``:``, no zone, no prefix length).
+    As the API server checks them (measured on kube-apiserver v1.32): IPv4 is
+    a dotted quad whose parts may have leading zeros (``01.2.3.4`` passes,
+    Kubernetes' "sloppy" parser); IPv6 has a ``:`` and no zone or prefix length.
     """
-    if "%" in value or "/" in value:
+    parts = value.split(".")
+    if len(parts) == 4 and all(p.isascii() and p.isdigit() and int(p) <= 255 for p in parts):
+        return "ipv4"
+    if ":" not in value or "%" in value or "/" in value:
         return None
     try:
-        parsed = ipaddress.ip_address(value)
+        ipaddress.IPv6Address(value)
     except ValueError:
         return None
-    if parsed.version == 4:
-        return "ipv4"
-    return "ipv6" if ":" in value else None
+    return "ipv6"
 
 
 class GatewayAddress(Model):
@@ -186,19 +188,20 @@ class GatewayAddress(Model):
     ``oneOf``/``anyOf`` of formats); a ``Hostname`` value matches the hostname pattern (CEL)."""
 
     type: str = Field(default="IPAddress", min_length=1, max_length=253, pattern=ADDRESS_TYPE_PATTERN)
-    value: str = Field(min_length=1, max_length=253)
+    #: May be left out: the implementation is to assign one (weir does not; see translation).
+    value: str | None = Field(default=None, max_length=253)
 
     @field_validator("value", mode="after")
     @classmethod
-    def _ip_by_type(cls, value: str, info: ValidationInfo) -> str:
-        if info.data.get("type") == "IPAddress" and ip_format(value) is None:
+    def _ip_by_type(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("type") == "IPAddress" and ip_format(value) is None:
             # The API server reports the first format of the anyOf that fails.
             raise PydanticCustomError("format", "must be of type ipv4: {shown}", {"shown": json.dumps(value)})
         return value
 
     @model_validator(mode="after")
     def _hostname_value(self) -> Self:
-        if self.type == "Hostname" and not _HOSTNAME_VALUE.match(self.value):
+        if self.type == "Hostname" and self.value is not None and not _HOSTNAME_VALUE.match(self.value):
             raise ValueError(
                 "Hostname value must be empty or contain only valid characters (matching "
                 "^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)"
@@ -210,7 +213,7 @@ def _unique_addresses(addresses: tuple[GatewayAddress, ...]) -> list[str]:
     """The messages of ``spec.addresses``' two uniqueness rules that fail."""
     out = []
     for kind in ("IPAddress", "Hostname"):
-        values = [a.value for a in addresses if a.type == kind]
+        values = [a.value for a in addresses if a.type == kind and a.value is not None]
         if len(values) != len(set(values)):
             out.append(f"{kind} values must be unique")
     return out
