@@ -549,13 +549,15 @@ def status(
 @app.command()
 def crds(
     xbackend: Annotated[
-        bool,
+        str | None,
         typer.Option(
             "--xbackend",
-            help="Also print XBackend's CRD, for a cluster without the Gateway API experimental channel "
-            "(v1.6 and later install XBackend themselves: never apply both).",
+            metavar="v1.6|main",
+            help="Also print XBackend's CRD, in the released shape (v1.6, the default) or upstream main's "
+            "(main), for a cluster without the Gateway API experimental channel (v1.6 and later install "
+            "XBackend themselves: never apply both).",
         ),
-    ] = False,
+    ] = None,
     test_cluster: Annotated[
         bool,
         typer.Option(
@@ -568,8 +570,18 @@ def crds(
 ) -> None:
     """Print the CustomResourceDefinitions of weir's own kinds (weir.dev) as YAML."""
     from weir.api.crds import for_cluster, for_test_cluster, render
+    from weir.api.xbackend_v1alpha1 import SHAPES
 
-    sys.stdout.write(render(for_test_cluster() if test_cluster else for_cluster(xbackend=xbackend)))
+    if test_cluster:
+        sys.stdout.write(render(for_test_cluster()))
+        return
+    if xbackend is None:
+        sys.stdout.write(render(for_cluster()))
+        return
+    if xbackend not in SHAPES:
+        err.print(f"[red]error[/red]: --xbackend {xbackend}: the shapes are {' and '.join(SHAPES)}")
+        raise typer.Exit(2)
+    sys.stdout.write(render(for_cluster(xbackend="main" if xbackend == "main" else "v1.6")))
 
 
 @app.command()

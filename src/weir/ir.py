@@ -617,6 +617,11 @@ class Upstream:
     upstream answers ``101`` the connection carries WebSocket frames both
     ways, unchanged, until either side closes. Elsewhere the upgrade is not
     offered to upstreams. Only ``HTTP1`` upstreams have it.
+
+    ``grpc``: the upstream speaks gRPC (an ``HTTP2`` upstream): a route to
+    it honours the deadline a call carries (``grpc-timeout``) towards the
+    upstream, so a call past its deadline is cancelled there too and the
+    client gets ``DEADLINE_EXCEEDED``.
     """
 
     name: str
@@ -627,6 +632,7 @@ class Upstream:
     connect_timeout_ms: int = 5000
     egress_guard: EgressGuard | None = None
     websocket: bool = False
+    grpc: bool = False
     credential: CredentialInjection | None = None
     mcp_tools: McpToolPolicy | None = None
     retry_budget: RetryBudget | None = None

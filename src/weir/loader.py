@@ -353,7 +353,8 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
             Problem("error", file, line, label, path, message) for path, message in api_errors(model, err)
         )
         return Document(line, key, None, problems, label=label)
-    return Document(line, key, Loaded(obj, file, line), label=label)
+    warnings = tuple(Problem("warning", file, line, label, path, message) for path, message in obj.warnings())
+    return Document(line, key, Loaded(obj, file, line), warnings, label=label)
 
 
 # ------------------------------------------------------------------ assembling a load

@@ -81,9 +81,68 @@ UPSTREAM_RULES: list[tuple[str, str, str]] = [
 ]
 
 
+#: Upstream main's rules (apisx/v1alpha1/xbackend_types.go), written out here independently of the
+#: models. Its three protocol rules read ``self.protocol`` without ``has()``, which refuses every
+#: XBackend without a protocol; weir's guard them (see XBackendSpecMain), with upstream's messages.
+UPSTREAM_RULES_MAIN: list[tuple[str, str, str]] = [
+    *(r for r in UPSTREAM_RULES if r[0] != "spec.port.name"),
+    (
+        "spec",
+        "self.type == 'EndpointSelector' ? has(self.endpointSelector) : !has(self.endpointSelector)",
+        "endpointSelector must be set when type is EndpointSelector and must be unset otherwise",
+    ),
+    (
+        "spec",
+        "!has(self.protocol) || self.protocol != 'H2C' || !has(self.tls)",
+        "tls must be unset when protocol is H2C, use protocol HTTP2 for HTTP/2 with tls",
+    ),
+    (
+        "spec",
+        "!has(self.protocol) || self.protocol != 'HTTP2' || has(self.tls)",
+        "tls must be set when protocol is HTTP2, use protocol H2C for HTTP/2 without tls",
+    ),
+    (
+        "spec",
+        "!has(self.protocol) || self.protocol != 'WSS' || has(self.tls)",
+        "tls must be set when protocol is WSS",
+    ),
+]
+
+
+def main_schema() -> dict[str, Any]:
+    result = runner.invoke(app, ["crds", "--xbackend", "main"])
+    assert result.exit_code == 0, result.output
+    (crd,) = [
+        d for d in yaml.safe_load_all(result.stdout) if d and d["metadata"]["name"].startswith("xbackends.")
+    ]
+    (version,) = crd["spec"]["versions"]
+    root: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return root
+
+
+def test_main_shape_crd_has_mains_fields_and_none_of_v16s() -> None:
+    root = main_schema()
+    assert set(node(root, "spec.port")["properties"]) == {"number"}
+    assert node(root, "spec.port")["minProperties"] == 1
+    assert node(root, "spec.type")["enum"] == ["ExternalHostname", "EndpointSelector"]
+    assert node(root, "spec.protocol")["enum"][-2:] == ["GRPC", "WSS"]
+    labels = node(root, "spec.endpointSelector.matchLabels")
+    assert (labels["minProperties"], labels["maxProperties"]) == (1, 64)
+    assert labels["additionalProperties"]["maxLength"] == 63
+    assert set(node(root, "status")["properties"]) == {"ancestors"}
+    assert "ancestorRef" in node(root, "status.ancestors[]")["required"]
+    assert node(root, "status.ancestors")["maxItems"] == 32
+
+
+def test_unknown_shape_is_refused() -> None:
+    result = runner.invoke(app, ["crds", "--xbackend", "v2"])
+    assert result.exit_code == 2
+    assert "the shapes are v1.6 and main" in result.output
+
+
 @pytest.fixture(scope="module")
 def documents() -> list[dict[str, Any]]:
-    result = runner.invoke(app, ["crds", "--xbackend"])
+    result = runner.invoke(app, ["crds", "--xbackend", "v1.6"])
     assert result.exit_code == 0, result.output
     return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
 
@@ -163,20 +222,40 @@ def test_every_upstream_rule_is_at_its_place_with_its_exact_message(schema: dict
         assert node(schema, path)["x-kubernetes-validations"] == rules
 
 
-def test_standalone_validation_runs_the_rules_the_crd_carries(schema: dict[str, Any]) -> None:
-    """One source: the CelRule objects the models evaluate are those the CRD prints."""
-    in_models: set[tuple[str, str]] = set()
-    for model in vars(xbackend_v1alpha1).values():
-        if isinstance(model, type) and issubclass(model, cel.CelModel):
-            in_models |= {(r.rule, r.message) for r in model.cel_rules}
-        if isinstance(model, type) and issubclass(model, xbackend_v1alpha1.Model):
-            for info in model.model_fields.values():
-                rules = [*info.metadata, *cel._annotated_rules(info.annotation)]
-                in_models |= {(r.rule, r.message) for r in rules if isinstance(r, cel.CelRule)}
+def rules_in_models(model: type[Any], seen: set[type[Any]] | None = None) -> set[tuple[str, str]]:
+    """Every CEL rule ``model`` and the models it contains evaluate."""
+    seen = set() if seen is None else seen
+    if model in seen:
+        return set()
+    seen.add(model)
+    found: set[tuple[str, str]] = set()
+    if issubclass(model, cel.CelModel):
+        found |= {(r.rule, r.message) for r in model.cel_rules}
+    for info in model.model_fields.values():
+        rules = [*info.metadata, *cel._annotated_rules(info.annotation)]
+        found |= {(r.rule, r.message) for r in rules if isinstance(r, cel.CelRule)}
+        for inner in contained_models(info.annotation):
+            found |= rules_in_models(inner, seen)
+    return found
+
+
+def contained_models(annotation: Any) -> list[type[Any]]:
+    if isinstance(annotation, type) and issubclass(annotation, xbackend_v1alpha1.Model):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in contained_models(arg)]
+
+
+@pytest.mark.parametrize("shape", xbackend_v1alpha1.SHAPES)
+def test_standalone_validation_runs_the_rules_the_crd_carries(shape: xbackend_v1alpha1.Shape) -> None:
+    """One source: the CelRule objects the models of a shape evaluate are those its CRD prints."""
+    (version,) = crds.crd(crds.xbackend_resource(shape))["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    in_models = rules_in_models(xbackend_v1alpha1.SCHEMAS[shape].spec)
     in_crd = {
         (r["rule"], r["message"]) for _, n in walk(schema) for r in n.get("x-kubernetes-validations", [])
     }
-    assert in_models == in_crd == {(rule, message) for _, rule, message in UPSTREAM_RULES}
+    upstream = UPSTREAM_RULES if shape == "v1.6" else UPSTREAM_RULES_MAIN
+    assert in_models == in_crd == {(rule, message) for _, rule, message in upstream}
 
 
 # Keys of JSONSchemaProps that a structural schema may use (no $ref, no combinators, no nullable here).
@@ -348,7 +427,8 @@ def test_only_complete_models_get_a_crd() -> None:
         weir_policies_v1alpha1.BackendCredentialPolicy,
         weir_policies_v1alpha1.BackendMCPPolicy,
     ]
-    assert typing.get_type_hints(xbackend_v1alpha1.XBackend)["spec"] is xbackend_v1alpha1.XBackendSpec
+    spec = typing.get_type_hints(xbackend_v1alpha1.XBackend)["spec"]
+    assert set(typing.get_args(spec)) == {xbackend_v1alpha1.XBackendSpec, xbackend_v1alpha1.XBackendSpecMain}
 
 
 # ------------------------------------------------------------------ GatewayClassConfig (weir.dev)

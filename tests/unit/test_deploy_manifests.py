@@ -725,7 +725,7 @@ def test_weir_crds_leaves_xbackend_to_the_gateway_api_release() -> None:
     """The experimental channel installs xbackends.gateway.networking.x-k8s.io; weir must not fight it."""
     default = {d["metadata"]["name"] for d in crd_documents()}
     assert default and all(name.endswith(".weir.dev") for name in default)
-    everything = {d["metadata"]["name"] for d in crd_documents("--xbackend")}
+    everything = {d["metadata"]["name"] for d in crd_documents("--xbackend", "v1.6")}
     assert everything - default == {"xbackends.gateway.networking.x-k8s.io"}
     assert {crds.crd(r)["metadata"]["name"] for r in crds.for_cluster()} == default
 
@@ -740,7 +740,7 @@ def walk(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]
         yield from walk(node["additionalProperties"], f"{path}{{}}")
 
 
-@pytest.mark.parametrize("crd", crd_documents("--xbackend"), ids=lambda d: d["metadata"]["name"])
+@pytest.mark.parametrize("crd", crd_documents("--xbackend", "v1.6"), ids=lambda d: d["metadata"]["name"])
 def test_crds_are_valid_apiextensions_v1(crd: dict[str, Any]) -> None:
     for version in KUBE_VERSIONS:
         kubernetes_validate.validate(crd, version, strict=True)
@@ -786,7 +786,7 @@ def doc_weir_commands() -> list[list[str]]:
 
 def test_every_weir_command_in_the_doc_parses() -> None:
     commands = doc_weir_commands()
-    assert ["crds"] in commands and ["crds", "--xbackend"] in commands
+    assert ["crds"] in commands and ["crds", "--xbackend", "v1.6"] in commands
     for argv in commands:
         try:
             parse_cli(argv)

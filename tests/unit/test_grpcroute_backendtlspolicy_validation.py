@@ -74,6 +74,15 @@ def test_a_minimal_grpcroute_loads_with_the_crd_defaults() -> None:
             "{type: ResponseHeaderModifier, responseHeaderModifier: {}}]}]",
             'spec.rules[0].filters: Invalid value: "array": ResponseHeaderModifier filter cannot be repeated',
         ),
+        # list types (x-kubernetes-list-type map / set), with the API server's words
+        (
+            "rules: [{matches: [{headers: [{name: x-a, value: '1'}, {name: x-a, value: '2'}]}]}]",
+            'spec.rules[0].matches[0].headers[1]: Duplicate value: map[string]interface {}{"name":"x-a"}',
+        ),
+        (
+            "rules: [{filters: [{type: RequestHeaderModifier, requestHeaderModifier: {remove: [a, b, a]}}]}]",
+            'spec.rules[0].filters[0].requestHeaderModifier.remove[2]: Duplicate value: "a"',
+        ),
     ],
 )
 def test_grpcroute_cel_rules(spec: str, expected: str) -> None:

@@ -87,6 +87,13 @@ metadata:
   namespace: infra
 spec:
 """
+GATEWAY_WITH_ADDRESSES = (
+    GATEWAY + "  gatewayClassName: weir\n  listeners: [{name: web, port: 80, protocol: HTTP}]\n  addresses:\n"
+)
+GATEWAY_INFRASTRUCTURE = (
+    GATEWAY
+    + "  gatewayClassName: weir\n  listeners: [{name: web, port: 80, protocol: HTTP}]\n  infrastructure:\n"
+)
 TLSROUTE = """\
 apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
@@ -298,9 +305,145 @@ INVALID: list[tuple[str, str, list[str]]] = [
         + "  - {name: web, port: 80, protocol: HTTP}\n"
         + "  - {name: web, port: 8080, protocol: HTTP}\n",
         [
-            "case.yaml:6: Gateway infra/gw: spec: "
-            'Invalid value: "object": Listener name must be unique within the Gateway'
+            "case.yaml:6: Gateway infra/gw: spec.listeners: "
+            'Invalid value: "array": Listener name must be unique within the Gateway'
         ],
+    ),
+    # ---- constraints of the released v1.6.1 CRDs, each with the API server's message (measured
+    # on kube-apiserver v1.32 with the same schema constructs: formats in oneOf/anyOf, list types,
+    # patterns, CEL)
+    (
+        "gateway-address-ipv4-with-port",
+        GATEWAY_WITH_ADDRESSES + "  - {type: IPAddress, value: '1.2.3.4:8080'}\n",
+        [
+            "case.yaml:6: Gateway infra/gw: spec.addresses[0].value: "
+            'Invalid value: "1.2.3.4:8080": must be of type ipv4: "1.2.3.4:8080"'
+        ],
+    ),
+    (
+        "gateway-address-ipv6-with-prefix-default-type",
+        GATEWAY_WITH_ADDRESSES + "  - {value: '12:34:56::/64'}\n",
+        [
+            "case.yaml:6: Gateway infra/gw: spec.addresses[0].value: "
+            'Invalid value: "12:34:56::/64": must be of type ipv4: "12:34:56::/64"'
+        ],
+    ),
+    (
+        "gateway-address-ipv4-empty",
+        GATEWAY_WITH_ADDRESSES + "  - {type: IPAddress, value: ''}\n",
+        [
+            "case.yaml:6: Gateway infra/gw: spec.addresses[0].value: "
+            'Invalid value: "": must be of type ipv4: ""'
+        ],
+    ),
+    (
+        "gateway-address-hostname-with-port",
+        GATEWAY_WITH_ADDRESSES + "  - {type: Hostname, value: 'foo.bar:80'}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.addresses[0]: Invalid value: "object": '
+            "Hostname value must be empty or contain only valid characters (matching "
+            "^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)"
+        ],
+    ),
+    (
+        "gateway-address-values-unique",
+        GATEWAY_WITH_ADDRESSES
+        + "  - {type: IPAddress, value: 1.2.3.4}\n  - {value: 1.2.3.4}\n"
+        + "  - {type: Hostname, value: foo.bar}\n  - {type: Hostname, value: foo.bar}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.addresses: Invalid value: "array": '
+            "IPAddress values must be unique",
+            'case.yaml:6: Gateway infra/gw: spec.addresses: Invalid value: "array": '
+            "Hostname values must be unique",
+        ],
+    ),
+    (
+        "gateway-address-type-pattern",
+        GATEWAY_WITH_ADDRESSES + "  - {type: Other, value: x}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.addresses[0].type: Invalid value: "Other": should match '
+            "'^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+            "\\/[A-Za-z0-9\\/\\-._~%!$&'()*+,;=:]+$'"
+        ],
+    ),
+    (
+        "gateway-infrastructure-label-key",
+        GATEWAY_INFRASTRUCTURE + "    labels: {'Bad Key': v}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.infrastructure.labels: Invalid value: "object": Label keys '
+            "must be in the form of an optional DNS subdomain prefix followed by a required name segment "
+            "of up to 63 characters."
+        ],
+    ),
+    (
+        "gateway-infrastructure-label-value",
+        GATEWAY_INFRASTRUCTURE + "    labels: {app: -web}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.infrastructure.labels.app: Invalid value: "-web": '
+            "should match '^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'"
+        ],
+    ),
+    (
+        "gateway-infrastructure-labels-9",
+        GATEWAY_INFRASTRUCTURE + "    labels: {" + ", ".join(f"k{i}: v" for i in range(9)) + "}\n",
+        ["case.yaml:6: Gateway infra/gw: spec.infrastructure.labels: Too many: 9: must have at most 8 items"],
+    ),
+    (
+        "gateway-infrastructure-annotation-prefix",
+        GATEWAY_INFRASTRUCTURE + "    annotations: {" + "a" * 260 + "/x: v}\n",
+        [
+            'case.yaml:6: Gateway infra/gw: spec.infrastructure.annotations: Invalid value: "object": '
+            "If specified, the annotation key's prefix must be a DNS subdomain not longer than 253 "
+            "characters in total."
+        ],
+    ),
+    (
+        "route-header-match-names-list-map",
+        ROUTE + "  rules:\n  - matches:\n    - headers: [{name: x-a, value: '1'}, {name: x-a, value: '2'}]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].headers[1]: "
+            'Duplicate value: map[string]interface {}{"name":"x-a"}'
+        ],
+    ),
+    (
+        "route-query-param-names-list-map",
+        ROUTE + "  rules:\n  - matches:\n    - queryParams: [{name: q, value: '1'}, {name: q, value: '2'}]\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].queryParams[1]: "
+            'Duplicate value: map[string]interface {}{"name":"q"}'
+        ],
+    ),
+    (
+        "route-header-modifier-remove-list-set",
+        ROUTE
+        + "  rules:\n  - filters:\n    - type: RequestHeaderModifier\n"
+        + "      requestHeaderModifier: {remove: [x-a, x-b, x-a]}\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].filters[0].requestHeaderModifier.remove[2]: "
+            'Duplicate value: "x-a"'
+        ],
+    ),
+    (
+        "route-header-modifier-set-list-map",
+        ROUTE
+        + "  rules:\n  - filters:\n    - type: ResponseHeaderModifier\n"
+        + "      responseHeaderModifier: {set: [{name: x-a, value: '1'}, {name: x-a, value: '2'}]}\n",
+        [
+            "case.yaml:6: HTTPRoute default/web: spec.rules[0].filters[0].responseHeaderModifier.set[1]: "
+            'Duplicate value: map[string]interface {}{"name":"x-a"}'
+        ],
+    ),
+    *(
+        (
+            f"route-path-characters-{i}",
+            ROUTE + f"  rules:\n  - matches:\n    - path: {{type: PathPrefix, value: '{path}'}}\n",
+            [
+                'case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].path: Invalid value: "object": '
+                "must only contain valid characters (matching "
+                "^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$) for types ['Exact', 'PathPrefix']"
+            ],
+        )
+        for i, path in enumerate(("/[]", "/my[/]path01", "/a b", "/%zz"))
     ),
     (
         "gateway-spec-missing",
@@ -1022,3 +1165,16 @@ def test_listenerset_listener_rules_are_the_gateways() -> None:
     for listeners, message in cases.items():
         _, problems = load_text(head + listeners, "case.yaml")
         assert [message in str(p) for p in problems] == [True], (listeners, strs(problems))
+
+
+def test_gateway_addresses_the_api_server_accepts() -> None:
+    """Measured on kube-apiserver v1.32 with the released schema: a value may be left out (the
+    implementation is to assign one), IPv4 parts may have leading zeros, IPv6 may end in IPv4."""
+    text = GATEWAY_WITH_ADDRESSES + (
+        "  - {type: IPAddress}\n  - {type: Hostname}\n  - {value: 01.2.3.4}\n"
+        "  - {value: '::ffff:1.2.3.4'}\n  - {type: Hostname, value: '*.example.com'}\n"
+        "  - {type: example.com/custom, value: anything}\n"
+    )
+    objects, problems = load_text(PRELUDE + text, "case.yaml")
+    assert strs(problems) == []
+    assert len(objects) == 2

@@ -390,3 +390,23 @@ def test_sharing_table_is_bounded_and_results_stay_equal(monkeypatch: Any) -> No
     for _ in range(3):
         assert _route_statuses() == expected
         assert len(st._SHARED) <= 2
+
+
+# ------------------------------------------------------------------ XBackend status in each CRD shape
+
+
+def test_xbackend_status_reshaped_for_the_installed_crd() -> None:
+    """A provider whose CRD has the other shape writes the status in the CRD's keys, never both."""
+    from weir.translate.status import reshape_xbackend_status
+
+    ref = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "n", "name": "gw"}
+    ours = {"controllerName": "weir.dev/gateway", "parentRef": ref, "conditions": []}
+    v16 = {"parents": [ours]}
+    main = reshape_xbackend_status(v16, "main")
+    assert main == {
+        "ancestors": [{"controllerName": "weir.dev/gateway", "ancestorRef": ref, "conditions": []}]
+    }
+    assert reshape_xbackend_status(main, "v1.6") == v16
+    assert reshape_xbackend_status(v16, "v1.6") == v16
+    mixed = {"parents": [ours], "ancestors": [{**ours, "parentRef": None, "ancestorRef": ref}]}
+    assert set(reshape_xbackend_status(mixed, "main")) == {"ancestors"}

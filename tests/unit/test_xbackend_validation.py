@@ -22,7 +22,15 @@ from weir.cli import app
 
 runner = CliRunner()
 
-DELETE = object()
+
+class _Delete:
+    """A patch value that removes the key (kept as itself by copies, so patches can be merged)."""
+
+    def __deepcopy__(self, memo: object) -> _Delete:
+        return self
+
+
+DELETE = _Delete()
 
 BASE: dict[str, Any] = {
     "apiVersion": "gateway.networking.x-k8s.io/v1alpha1",
@@ -78,6 +86,10 @@ def san(**fields: Any) -> dict[str, Any]:
     return tls_validation(subjectAltNames=[fields])
 
 
+WELL_KNOWN = (
+    r"'^(System|([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]))$'"
+)
 CLIENT_CERT_IFF_MUTUAL = (
     'Invalid value: "object": clientCertificateRef must be set if and only if mode is ClientAndServer'
 )
@@ -106,7 +118,6 @@ VALID: list[Case] = [
     ),
     Case("port-min", spec(port={"port": 1})),
     Case("port-max", spec(port={"port": 65535})),
-    Case("port-number-spelling", spec(port={"number": 8443})),
     Case("port-name-empty", spec(port={"port": 443, "name": ""})),
     Case("port-name-label", spec(port={"port": 443, "name": "https"})),
     Case("port-name-63", spec(port={"port": 443, "name": LABEL_63})),
@@ -124,10 +135,7 @@ VALID: list[Case] = [
     Case("ca-refs-8", tls_validation(wellKnownCACertificates=DELETE, caCertificateRefs=[CA_REF] * 8)),
     # An empty list or string counts as unset in both trust-source rules.
     Case("ca-refs-empty-with-well-known", tls_validation(caCertificateRefs=[])),
-    Case(
-        "well-known-empty-with-ca-refs",
-        tls_validation(wellKnownCACertificates="", caCertificateRefs=[CA_REF]),
-    ),
+    Case("well-known-prefixed", tls_validation(wellKnownCACertificates="example.com/corporate-cas")),
     Case("sans-5", tls_validation(subjectAltNames=[{"type": "Hostname", "hostname": "a.example.com"}] * 5)),
     Case("hostname-253", spec(externalHostname={"hostname": HOSTNAME_253})),
     # Only the suffix ".cluster.local" is refused by the rule.
@@ -250,6 +258,20 @@ INVALID: list[Case] = [
             'Unsupported value: "HTTP3": supported values: "TCP", "HTTP", "HTTP2", "HTTP11", "H2C", "MCP"',
         ),
     ),
+    # main's values are not v1.6's: an object with v1.6 keys is validated as v1.6
+    invalid(
+        "protocol-grpc-is-main-only",
+        spec(protocol="GRPC"),
+        (
+            "spec.protocol",
+            'Unsupported value: "GRPC": supported values: "TCP", "HTTP", "HTTP2", "HTTP11", "H2C", "MCP"',
+        ),
+    ),
+    invalid(
+        "type-endpoint-selector-is-main-only",
+        spec(type="EndpointSelector", externalHostname=DELETE),
+        ("spec.type", 'Unsupported value: "EndpointSelector": supported values: "ExternalHostname"'),
+    ),
     # ---- spec.tls
     invalid(
         "tls-mode-enum",
@@ -314,9 +336,23 @@ INVALID: list[Case] = [
     invalid(
         "empty-trust-sources",
         tls_validation(wellKnownCACertificates="", caCertificateRefs=[]),
+        ("spec.tls.validation.wellKnownCACertificates", 'Invalid value: "": should be at least 1 chars long'),
+    ),
+    # The pattern of Gateway API's WellKnownCACertificatesType: System, or a prefixed name.
+    invalid(
+        "well-known-pattern",
+        tls_validation(wellKnownCACertificates="Public"),
         (
-            "spec.tls.validation",
-            'Invalid value: "object": must specify either CACertificateRefs or WellKnownCACertificates',
+            "spec.tls.validation.wellKnownCACertificates",
+            f'Invalid value: "Public": should match {WELL_KNOWN}',
+        ),
+    ),
+    invalid(
+        "well-known-unprefixed-name",
+        tls_validation(wellKnownCACertificates="corporate-cas"),
+        (
+            "spec.tls.validation.wellKnownCACertificates",
+            f'Invalid value: "corporate-cas": should match {WELL_KNOWN}',
         ),
     ),
     invalid(
@@ -432,6 +468,148 @@ INVALID: list[Case] = [
 ]
 
 
+# ------------------------------------------------------------------ upstream main's shape
+
+#: An XBackend written for upstream main's CRD: ``spec.port.number`` is what tells it apart.
+BASE_MAIN: dict[str, Any] = merged(BASE, spec(port={"number": 443, "port": DELETE}))
+
+
+def selector(labels: dict[str, str]) -> dict[str, Any]:
+    return spec(type="EndpointSelector", externalHostname=DELETE, endpointSelector={"matchLabels": labels})
+
+
+SELECTOR: dict[str, Any] = selector({"app": "web"})
+TLS_NONE: dict[str, Any] = {"mode": "None"}
+H2C_FORBIDS_TLS = (
+    'Invalid value: "object": tls must be unset when protocol is H2C, use protocol HTTP2 for HTTP/2 with tls'
+)
+HTTP2_NEEDS_TLS = (
+    'Invalid value: "object": tls must be set when protocol is HTTP2, use protocol H2C for HTTP/2 without tls'
+)
+WSS_NEEDS_TLS = 'Invalid value: "object": tls must be set when protocol is WSS'
+SELECTOR_IFF = (
+    'Invalid value: "object": endpointSelector must be set when type is EndpointSelector '
+    "and must be unset otherwise"
+)
+NOT_DECLARED = "field not declared in schema"
+
+VALID_MAIN: list[Case] = [
+    Case("main-minimal", {}),
+    # Upstream main's protocol rules read self.protocol without has(): its API server refuses every
+    # XBackend without a protocol (no such key). weir follows the rules' intent and accepts it.
+    Case("main-no-protocol-with-tls", spec(tls=TLS_SYSTEM)),
+    *(
+        Case(f"main-protocol-{p.lower()}", spec(protocol=p))
+        for p in ("TCP", "HTTP", "HTTP11", "MCP", "GRPC", "H2C")
+    ),
+    Case("main-http2-with-tls", spec(protocol="HTTP2", tls=TLS_SYSTEM)),
+    Case("main-wss-with-tls", spec(protocol="WSS", tls=TLS_SYSTEM)),
+    # tls.mode None counts as having tls, as on the API server (has(self.tls) is true).
+    Case("main-http2-with-tls-none", spec(protocol="HTTP2", tls=TLS_NONE)),
+    Case("main-wss-with-tls-none", spec(protocol="WSS", tls=TLS_NONE)),
+    Case("main-tls-without-validation", spec(tls={"mode": "ServerOnly"})),
+    Case("main-endpoint-selector", SELECTOR),
+    Case(
+        "main-endpoint-selector-64-labels",
+        selector({f"k{i}": "v" for i in range(64)}),
+    ),
+    # Label keys are not checked by main's schema; values are (empty included).
+    Case("main-label-key-unchecked", selector({"Not A/Key!": ""})),
+]
+
+INVALID_MAIN: list[Case] = [
+    # Both shapes' keys at once: refused as the API server with main's CRD refuses them.
+    invalid(
+        "main-mixed-port-keys", spec(port={"number": 443, "port": 443}), ("spec.port.port", NOT_DECLARED)
+    ),
+    invalid("main-port-name", spec(port={"number": 443, "name": "https"}), ("spec.port.name", NOT_DECLARED)),
+    invalid(
+        "main-selector-with-v16-port",
+        merged(SELECTOR, spec(port={"number": DELETE, "port": 80})),
+        ("spec.port.port", NOT_DECLARED),
+    ),
+    invalid(
+        "main-port-empty",
+        merged(SELECTOR, spec(port={"number": DELETE})),
+        ("spec.port", "Invalid value: 0: should have at least 1 properties"),
+    ),
+    invalid(
+        "main-port-zero",
+        spec(port={"number": 0}),
+        ("spec.port.number", "Invalid value: 0: should be greater than or equal to 1"),
+    ),
+    invalid(
+        "main-type-enum",
+        spec(type="Service"),
+        (
+            "spec.type",
+            'Unsupported value: "Service": supported values: "ExternalHostname", "EndpointSelector"',
+        ),
+    ),
+    invalid(
+        "main-protocol-enum",
+        spec(protocol="HTTP3"),
+        (
+            "spec.protocol",
+            'Unsupported value: "HTTP3": supported values: "TCP", "HTTP", "HTTP2", "HTTP11", "H2C", "MCP", '
+            '"GRPC", "WSS"',
+        ),
+    ),
+    invalid("main-h2c-with-tls", spec(protocol="H2C", tls=TLS_SYSTEM), ("spec", H2C_FORBIDS_TLS)),
+    invalid("main-h2c-with-tls-none", spec(protocol="H2C", tls=TLS_NONE), ("spec", H2C_FORBIDS_TLS)),
+    invalid("main-http2-without-tls", spec(protocol="HTTP2"), ("spec", HTTP2_NEEDS_TLS)),
+    invalid("main-wss-without-tls", spec(protocol="WSS"), ("spec", WSS_NEEDS_TLS)),
+    invalid(
+        "main-selector-without-type",
+        spec(endpointSelector={"matchLabels": {"app": "web"}}),
+        ("spec", SELECTOR_IFF),
+    ),
+    invalid(
+        "main-type-without-selector", merged(SELECTOR, spec(endpointSelector=DELETE)), ("spec", SELECTOR_IFF)
+    ),
+    invalid(
+        "main-selector-with-hostname",
+        merged(SELECTOR, spec(externalHostname={"hostname": "api.example.com"})),
+        (
+            "spec",
+            'Invalid value: "object": externalHostname must be set when type is ExternalHostname '
+            "and must be unset otherwise",
+        ),
+    ),
+    invalid(
+        "main-match-labels-empty",
+        merged(SELECTOR, spec(endpointSelector={"matchLabels": DELETE})),
+        ("spec.endpointSelector.matchLabels", "Required value"),
+    ),
+    invalid(
+        "main-match-labels-65",
+        selector({f"k{i}": "v" for i in range(65)}),
+        ("spec.endpointSelector.matchLabels", "Too many: 65: must have at most 64 items"),
+    ),
+    invalid(
+        "main-label-value-pattern",
+        merged(SELECTOR, spec(endpointSelector={"matchLabels": {"app": "-web"}})),
+        (
+            "spec.endpointSelector.matchLabels.app",
+            "Invalid value: \"-web\": should match '^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'",
+        ),
+    ),
+    invalid(
+        "main-label-value-64",
+        merged(SELECTOR, spec(endpointSelector={"matchLabels": {"app": "a" * 64}})),
+        ("spec.endpointSelector.matchLabels.app", "Too long: may not be longer than 63"),
+    ),
+    invalid(
+        "main-shares-tls-rules",
+        spec(tls=merged(TLS_SYSTEM, {"validation": {"wellKnownCACertificates": "Public"}})),
+        (
+            "spec.tls.validation.wellKnownCACertificates",
+            f'Invalid value: "Public": should match {WELL_KNOWN}',
+        ),
+    ),
+]
+
+
 def params(cases: list[Case]) -> list[Any]:
     return [pytest.param(case, id=case.id) for case in cases]
 
@@ -448,7 +626,8 @@ def run_validate(tmp_path: Path, manifest: dict[str, Any]) -> tuple[int, Path, l
 
 def test_the_table_is_big_enough() -> None:
     assert len(VALID) + len(INVALID) >= 40
-    assert len({c.id for c in VALID + INVALID}) == len(VALID) + len(INVALID)
+    cases = VALID + INVALID + VALID_MAIN + INVALID_MAIN
+    assert len({c.id for c in cases}) == len(cases)
 
 
 @pytest.mark.parametrize("case", params(VALID))
@@ -464,6 +643,38 @@ def test_invalid(tmp_path: Path, case: Case) -> None:
     assert code == 1, output
     assert errors == [f"{path}:1: XBackend egress/api: {field}: {message}" for field, message in case.errors]
     assert f"{len(case.errors)} error(s) in 1 invalid object(s); 0 valid" in output
+
+
+@pytest.mark.parametrize("case", params(VALID_MAIN))
+def test_valid_main_shape(tmp_path: Path, case: Case) -> None:
+    code, path, errors, output = run_validate(tmp_path, merged(BASE_MAIN, case.patch))
+    assert (code, errors) == (0, []), output
+    (backend,) = [d for d in yaml.safe_load_all(path.read_text())]
+    parsed = xbackend_v1alpha1.XBackend.model_validate(backend)
+    assert parsed.shape == "main"
+
+
+@pytest.mark.parametrize("case", params(INVALID_MAIN))
+def test_invalid_main_shape(tmp_path: Path, case: Case) -> None:
+    code, path, errors, output = run_validate(tmp_path, merged(BASE_MAIN, case.patch))
+    assert code == 1, output
+    assert errors == [f"{path}:1: XBackend egress/api: {field}: {message}" for field, message in case.errors]
+
+
+@pytest.mark.parametrize(
+    ("spec_", "shape"),
+    [
+        ({"port": {"port": 443}}, "v1.6"),
+        ({"port": {"port": 443, "name": "https"}}, "v1.6"),
+        ({"port": {}}, "v1.6"),
+        ({}, "v1.6"),
+        ({"port": {"number": 443}}, "main"),
+        ({"port": {"number": 443, "port": 443}}, "main"),  # then refused: port is not main's
+        ({"endpointSelector": {"matchLabels": {"app": "web"}}, "port": {"port": 80}}, "main"),
+    ],
+)
+def test_the_keys_decide_the_shape(spec_: dict[str, Any], shape: str) -> None:
+    assert xbackend_v1alpha1.shape_of(spec_) == shape
 
 
 # ------------------------------------------------------------------ the rules themselves
@@ -489,7 +700,7 @@ def test_rule_sees_the_object_as_stored() -> None:
         merged(
             BASE,
             spec(
-                port={"number": 443},
+                port={"port": DELETE, "number": 443},
                 protocol=None,
                 tls=merged(
                     TLS_SYSTEM,
@@ -500,7 +711,7 @@ def test_rule_sees_the_object_as_stored() -> None:
     )
     assert cel.cel_value(backend.spec) == {
         "type": "ExternalHostname",
-        "port": {"port": 443},
+        "port": {"number": 443},
         "externalHostname": {"hostname": "api.example.com"},
         "tls": {
             "mode": "ClientAndServer",
@@ -604,3 +815,24 @@ def test_the_engine_coexists_with_xds_protos_cel_package() -> None:
 
     importlib.import_module("cel.expr.syntax_pb2")
     assert cel.engine.compile("1 + 1").execute({}) == 2
+
+
+@pytest.mark.parametrize(("name", "warned"), [("https", True), ("", False), (None, False)])
+def test_port_name_is_accepted_with_a_warning_for_v16_clusters(
+    tmp_path: Path, name: str | None, warned: bool
+) -> None:
+    """The released rule makes an API server with the v1.6.x CRD refuse every non-empty name
+    (measured: kube-apiserver v1.32 says "spec.port.name: Invalid value: "string": Name must be a
+    valid DNS label" for "https"); weir accepts a valid name, as the rule means, and says so."""
+    port: dict[str, Any] = {"port": 443} if name is None else {"port": 443, "name": name}
+    code, path, errors, output = run_validate(tmp_path, merged(BASE, spec(port=port)))
+    assert (code, errors) == (0, []), output
+    warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
+    if warned:
+        assert warnings == [
+            f"warning: {path}:1: XBackend egress/api: spec.port.name: accepted, but a cluster with the "
+            "released v1.6.x XBackend CRD refuses every non-empty name (its rule is wrong upstream; "
+            "upstream main removed the field): omit it for such clusters"
+        ]
+    else:
+        assert warnings == []

@@ -37,10 +37,8 @@ value or the CRD declares a default for it (:func:`weir.api.meta.crd_default`);
 a field that only has a model-side convenience default (``None``, ``()``)
 is absent, so ``has(self.caCertificateRefs)`` is false when the manifest
 omits it, as in the cluster. Building it from the model rather than from the
-raw input means the value has the types the schema promises, and a spelling
-weir accepts besides the released one (``port.number``) reads as the
-released field. A rule that only reads ``self.<field>`` gets only those
-fields (``CelRule.fields``), which keeps evaluation cheap.
+raw input means the value has the types the schema promises. A rule that
+only reads ``self.<field>`` gets only those fields (``CelRule.fields``), which keeps evaluation cheap.
 
 A failing rule is a pydantic error of type ``cel`` at the node that carries
 the rule, whose message is the rule's message and whose input is the node's
@@ -70,13 +68,14 @@ import types
 import typing
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler, ValidationError, model_validator
+from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
+from pydantic_core import core_schema
 
 from weir.api.cel_library import LIBRARY, engine, format_validate_or_null
+from weir.api.listtypes import ObjectChecked, ObjectError, model_types, raise_errors
 from weir.api.meta import NO_DEFAULT, Model, crd_default
 
 __all__ = [
@@ -361,13 +360,6 @@ def _annotated_rules(annotation: Any) -> list[CelRule]:
     return []
 
 
-def _model_types(annotation: Any) -> set[type[BaseModel]]:
-    """The model classes a value of ``annotation`` may hold, at any depth of its type arguments."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return {annotation}
-    return {model for arg in typing.get_args(annotation) for model in _model_types(arg)}
-
-
 @dataclass(frozen=True, slots=True)
 class _Checks:
     """What :func:`cel_errors` does for one model class."""
@@ -392,7 +384,7 @@ def _checks(model: type[BaseModel]) -> _Checks:
         on_field = tuple(
             [m for m in info.metadata if isinstance(m, CelRule)] + _annotated_rules(info.annotation)
         )
-        nested = any(m is not model and not _checks(m).empty for m in _model_types(info.annotation))
+        nested = any(m is not model and not _checks(m).empty for m in model_types(info.annotation))
         if on_field or nested:
             fields.append((name, info.alias or name, _RuleSet(on_field), nested))
     return _Checks(_RuleSet(rules), only, tuple(fields))
@@ -434,22 +426,10 @@ def cel_errors(
 
 def check_rules(obj: BaseModel) -> None:
     """Raise a :class:`~pydantic.ValidationError` (type ``cel``) for each rule in ``obj`` that fails."""
-    failed = cel_errors(obj)
-    if failed:
-        raise ValidationError.from_exception_data(
-            type(obj).__name__,
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError("cel", "{message}", {"message": message}),
-                    loc=loc,
-                    input=node_type,
-                )
-                for loc, message, node_type in failed
-            ],
-        )
+    raise_errors(type(obj), [(loc, "cel", message, kind) for loc, message, kind in cel_errors(obj)])
 
 
-class CelChecked(Model):
+class CelChecked(ObjectChecked):
     """Mixin for a resource kind: once the object has passed its schema, check every CEL rule in it.
 
     The rules run on the whole object at once, as the API server runs them
@@ -458,10 +438,10 @@ class CelChecked(Model):
     is reported with those errors only (the API server, too, skips CEL when
     such errors are "blocking": wrong type, enum, required, too long, too
     many; it still runs CEL after a pattern or range error, weir does not).
-    Nested models are not checked on their own: validate the kind.
+    Repeated keys of list types (:mod:`weir.api.listtypes`) are reported
+    with them, first, as the API server does. Nested models are not checked
+    on their own: validate the kind.
     """
 
-    @model_validator(mode="after")
-    def _check_cel_rules(self) -> Self:
-        check_rules(self)
-        return self
+    def object_errors(self) -> list[ObjectError]:
+        return [*super().object_errors(), *((loc, "cel", m, kind) for loc, m, kind in cel_errors(self))]

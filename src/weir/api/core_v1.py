@@ -1,9 +1,11 @@
-"""Kubernetes core ``v1``: Service, Secret, ConfigMap, Namespace (the fields weir reads)."""
+"""Kubernetes core ``v1``: Service, Secret, ConfigMap, Namespace, Pod (the fields weir reads)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import ipaddress
 from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
@@ -80,3 +82,40 @@ class Namespace(KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "Namespace"
     NAMESPACED: ClassVar[bool] = False
+
+
+class Pod(KubeObject):
+    """A Pod, for XBackends of type ``EndpointSelector``: its labels, addresses and readiness.
+
+    Read from files only: in a cluster weir does not watch Pods (see
+    ``docs/xbackend.md``, "EndpointSelector"). Its ``status`` is the Pod's
+    own (``phase``, ``podIP``/``podIPs``, ``conditions``), read by the
+    properties below.
+    """
+
+    API_VERSION: ClassVar[str] = API_VERSION
+    KIND: ClassVar[str] = "Pod"
+
+    @property
+    def ready(self) -> bool:
+        """Running, with the ``Ready`` condition ``True`` (what an EndpointSlice calls ready)."""
+        status = self.status or {}
+        conditions = status.get("conditions") or ()
+        ready = any(
+            isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+        )
+        return status.get("phase") == "Running" and ready
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Its IPs: ``status.podIPs``, else ``status.podIP``; only valid IP addresses."""
+        status = self.status or {}
+        ips = [p.get("ip") for p in status.get("podIPs") or () if isinstance(p, dict)]
+        if not ips and status.get("podIP"):
+            ips = [status.get("podIP")]
+        out = []
+        for ip in ips:
+            if isinstance(ip, str):
+                with contextlib.suppress(ValueError):
+                    out.append(str(ipaddress.ip_address(ip)))
+        return tuple(out)

@@ -52,6 +52,7 @@ __all__ = [
     "for_test_cluster",
     "openapi_schema",
     "render",
+    "xbackend_resource",
 ]
 
 
@@ -72,6 +73,10 @@ class CustomResource:
     #: A status the model does not describe (weir's partial models of the Gateway API kinds):
     #: the CRD keeps whatever status is written (``x-kubernetes-preserve-unknown-fields``).
     free_status: bool = False
+    #: The ``spec`` and ``status`` models, when the kind's are not one model each (XBackend has
+    #: one per shape; see :func:`xbackend_resource`).
+    spec_model: type[BaseModel] | None = None
+    status_model: type[BaseModel] | None = None
 
     @property
     def group(self) -> str:
@@ -103,15 +108,24 @@ _GATEWAY_CLASS_CONFIG_CONSTRAINTS: dict[str, dict[str, Any]] = {
     "spec.dns.lookupTimeout": {"pattern": "^([0-9]{1,5}(h|m|s|ms)){1,4}$", "maxLength": 28},
 }
 
-#: The CRDs ``weir crds`` prints.
-CRDS: tuple[CustomResource, ...] = (
-    CustomResource(
+
+def xbackend_resource(shape: xbackend_v1alpha1.Shape = "v1.6") -> CustomResource:
+    """XBackend's CRD in ``shape``: the released one (``v1.6``) or upstream main's (``main``)."""
+    schema = xbackend_v1alpha1.SCHEMAS[shape]
+    return CustomResource(
         xbackend_v1alpha1.XBackend,
         plural="xbackends",
         short_names=("xbackend",),
         categories=("gateway-api",),
         channel="experimental",
-    ),
+        spec_model=schema.spec,
+        status_model=schema.status,
+    )
+
+
+#: The CRDs ``weir crds`` prints.
+CRDS: tuple[CustomResource, ...] = (
+    xbackend_resource("v1.6"),
     CustomResource(
         weir_v1alpha1.GatewayClassConfig,
         plural="gatewayclassconfigs",
@@ -241,7 +255,7 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 def _object_schema(resource: CustomResource) -> dict[str, Any]:
     model = resource.model
-    spec = model.model_fields["spec"].annotation
+    spec = resource.spec_model or model.model_fields["spec"].annotation
     if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
         raise TypeError(f"{model.__name__}.spec must be a model, not {spec!r}")
     properties: dict[str, Any] = {
@@ -250,7 +264,7 @@ def _object_schema(resource: CustomResource) -> dict[str, Any]:
         "metadata": {"type": "object"},
         "spec": openapi_schema(spec),
     }
-    status = getattr(model, "STATUS", None)
+    status = resource.status_model or getattr(model, "STATUS", None)
     if isinstance(status, type) and issubclass(status, BaseModel):
         properties["status"] = openapi_schema(status)
     elif resource.free_status:
@@ -332,8 +346,10 @@ def crd(resource: CustomResource) -> dict[str, Any]:
     }
 
 
-def for_cluster(*, xbackend: bool = False) -> tuple[CustomResource, ...]:
+def for_cluster(*, xbackend: bool | xbackend_v1alpha1.Shape = False) -> tuple[CustomResource, ...]:
     """The CRDs ``weir crds`` prints: weir's own (``weir.dev``) always, XBackend only when asked.
+
+    ``xbackend``: its shape (``v1.6`` or ``main``); ``True`` is ``v1.6``.
 
     The Gateway API experimental channel (``experimental-install.yaml``, v1.6 and later)
     installs XBackend's CRD under the same name, ``xbackends.gateway.networking.x-k8s.io``.
@@ -342,7 +358,10 @@ def for_cluster(*, xbackend: bool = False) -> tuple[CustomResource, ...]:
     comes from a Gateway API release (:attr:`CustomResource.channel`) is printed only for a
     cluster that installs the standard channel alone.
     """
-    return tuple(r for r in CRDS if xbackend or r.channel is None)
+    if not xbackend:
+        return tuple(r for r in CRDS if r.channel is None)
+    shape: xbackend_v1alpha1.Shape = "v1.6" if xbackend is True else xbackend
+    return tuple(xbackend_resource(shape) if r.model is xbackend_v1alpha1.XBackend else r for r in CRDS)
 
 
 def for_test_cluster() -> tuple[CustomResource, ...]:

@@ -138,6 +138,8 @@ def _locate(model: type[BaseModel], loc: tuple[int | str, ...]) -> _Located:
     """Render pydantic's ``loc`` as a Kubernetes field path, walking the model's types."""
     out: list[str] = []
     tp: Any = model
+    api_version = str(getattr(model, "API_VERSION", ""))
+    native = api_version == "v1" or api_version.startswith("discovery.k8s.io/") or loc[:1] == ("metadata",)
     via_union = False
     is_field = False
     for part in loc:
@@ -176,7 +178,9 @@ def _locate(model: type[BaseModel], loc: tuple[int | str, ...]) -> _Located:
             continue
         if origin is dict or tp is dict or origin is abc.Mapping:
             args = typing.get_args(tp)
-            out.append(f"[{part}]")
+            # A map value: ``data[key]`` in Kubernetes' own kinds; ``labels.key`` in a custom
+            # resource, whose schema validation joins the path with dots (kube-apiserver v1.32).
+            out.append(f"[{part}]" if native else f".{part}")
             tp = args[1] if len(args) == 2 else Any
             is_field = False
             continue
@@ -224,7 +228,8 @@ def _message(err: Any, located: _Located) -> str:
         return f"Too many: {shown}: must have at most {ctx.get('max_length')} items"
     if kind == "too_short":
         shown = len(value) if isinstance(value, list | tuple | dict) else ctx.get("actual_length")
-        return f"Invalid value: {shown}: should have at least {ctx.get('min_length')} items"
+        unit = "properties" if isinstance(value, dict) else "items"
+        return f"Invalid value: {shown}: should have at least {ctx.get('min_length')} {unit}"
     if kind in _TYPE_NAMES:
         if value is None and located.is_field:
             return "Required value"
@@ -233,6 +238,13 @@ def _message(err: Any, located: _Located) -> str:
         error = ctx.get("error")
         text = str(error) if error is not None else str(err.get("msg", ""))
         return f"Invalid value: {show_value(value)}: {text}"
+    if kind == "duplicate":  # a repeated key of a list-map or list-set (weir.api.listtypes)
+        return str(err.get("msg", ""))
+    if kind == "field_not_declared":  # a key of another shape of the kind (server-side field validation)
+        return "field not declared in schema"
+    if kind == "too_few_properties":
+        shown = len(value) if isinstance(value, dict) else 0
+        return f"Invalid value: {shown}: should have at least {ctx.get('min')} properties"
     if kind == "extra_forbidden":
         return "Forbidden: unknown field (check the spelling)"
     return f"Invalid value: {show_value(value)}: {err.get('msg', kind)}"

@@ -10,16 +10,30 @@ server does).
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import re
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from weir.api.cel import CelChecked, CelRule
+from weir.api.listtypes import LIST_SET, ObjectChecked, ObjectError, list_map
 from weir.api.meta import (
+    AnnotationValue,
     Group,
     Hostname,
     Kind,
     KubeObject,
+    LabelValue,
     LocalObjectReference,
     Model,
     Namespace,
@@ -141,27 +155,108 @@ class Listener(Model):
         raise ValueError("hostname must not be specified for protocols ['TCP', 'UDP']")
 
 
+#: Gateway API ``AddressType``: a core type, or a domain-prefixed one. Upstream's pattern, as
+#: written: its alternatives are not grouped, so ``^`` and ``$`` bind to the first and the last.
+ADDRESS_TYPE_PATTERN = (
+    r"^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"\/[A-Za-z0-9\/\-._~%!$&'()*+,;=:]+$"
+)
+_HOSTNAME_VALUE = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def ip_format(value: str) -> str | None:
+    """``ipv4`` or ``ipv6`` if ``value`` is one in the OpenAPI formats' sense, else ``None``.
+
+    As the API server checks them (measured on kube-apiserver v1.32): IPv4 is
+    a dotted quad whose parts may have leading zeros (``01.2.3.4`` passes,
+    Kubernetes' "sloppy" parser); IPv6 has a ``:`` and no zone or prefix length.
+    """
+    parts = value.split(".")
+    if len(parts) == 4 and all(p.isascii() and p.isdigit() and int(p) <= 255 for p in parts):
+        return "ipv4"
+    if ":" not in value or "%" in value or "/" in value:
+        return None
+    try:
+        ipaddress.IPv6Address(value)
+    except ValueError:
+        return None
+    return "ipv6"
+
+
 class GatewayAddress(Model):
-    type: str = Field(default="IPAddress", min_length=1, max_length=253)
-    value: str = Field(min_length=1, max_length=253)
+    """``spec.addresses[]``: an ``IPAddress`` value is an IPv4 or IPv6 address (the CRD's
+    ``oneOf``/``anyOf`` of formats); a ``Hostname`` value matches the hostname pattern (CEL)."""
+
+    type: str = Field(default="IPAddress", min_length=1, max_length=253, pattern=ADDRESS_TYPE_PATTERN)
+    #: May be left out: the implementation is to assign one (weir does not; see translation).
+    value: str | None = Field(default=None, max_length=253)
+
+    @field_validator("value", mode="after")
+    @classmethod
+    def _ip_by_type(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("type") == "IPAddress" and ip_format(value) is None:
+            # The API server reports the first format of the anyOf that fails.
+            raise PydanticCustomError("format", "must be of type ipv4: {shown}", {"shown": json.dumps(value)})
+        return value
+
+    @model_validator(mode="after")
+    def _hostname_value(self) -> Self:
+        if self.type == "Hostname" and self.value is not None and not _HOSTNAME_VALUE.match(self.value):
+            raise ValueError(
+                "Hostname value must be empty or contain only valid characters (matching "
+                "^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)"
+            )
+        return self
+
+
+def _unique_addresses(addresses: tuple[GatewayAddress, ...]) -> list[str]:
+    """The messages of ``spec.addresses``' two uniqueness rules that fail."""
+    out = []
+    for kind in ("IPAddress", "Hostname"):
+        values = [a.value for a in addresses if a.type == kind and a.value is not None]
+        if len(values) != len(set(values)):
+            out.append(f"{kind} values must be unique")
+    return out
+
+
+_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?"
+    r"[A-Za-z0-9]$"
+)
+
+
+def _key_rules(what: str) -> tuple[CelRule, CelRule]:
+    """The two rules on the keys of ``spec.infrastructure.labels`` / ``annotations``."""
+    return (
+        CelRule(
+            f'self.all(key, key.matches(r"""{_KEY_PATTERN}"""))',
+            f"{what.capitalize()} keys must be in the form of an optional DNS subdomain prefix followed by "
+            "a required name segment of up to 63 characters.",
+        ),
+        CelRule(
+            'self.all(key, key.split("/")[0].size() < 253)',
+            f"If specified, the {what} key's prefix must be a DNS subdomain not longer than 253 characters "
+            "in total.",
+        ),
+    )
 
 
 class LocalParametersReference(Model):
-    """``spec.infrastructure.parametersRef``: an object in the Gateway's namespace configuring it."""
-
     group: Group
     kind: Kind
     name: str = Field(min_length=1, max_length=253)
 
 
 class GatewayInfrastructure(Model):
-    """``spec.infrastructure``: labels and annotations for what the implementation creates for the
-    Gateway, and parameters of its own. weir creates nothing per Gateway (the labels and
-    annotations have nowhere to go) and reads no per-Gateway parameters (see
-    :mod:`weir.translate.gateways` for the ``InvalidParameters`` refusal)."""
+    """``spec.infrastructure``, validated as the API server does: labels and annotations for what
+    the implementation creates for the Gateway (weir creates nothing per Gateway: they have nowhere
+    to go), and parameters of its own (weir reads none: see :mod:`weir.translate.gateways` for the
+    ``InvalidParameters`` refusal)."""
 
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: Annotated[dict[str, LabelValue], Field(max_length=8), *_key_rules("label")] | None = None
+    annotations: (
+        Annotated[dict[str, AnnotationValue], Field(max_length=16), *_key_rules("annotation")] | None
+    ) = None
     parameters_ref: LocalParametersReference | None = None
 
 
@@ -239,9 +334,10 @@ class AllowedListeners(Model):
     namespaces: ListenerNamespaces = ListenerNamespaces()
 
 
-def unique_listeners(listeners: tuple[Listener, ...], *, fold_case: bool) -> None:
-    """The upstream CRDs' uniqueness rules over a list of listeners; ``fold_case``: protocols compared
-    case-insensitively (ListenerSet's rule does, the Gateway's does not)."""
+def unique_listeners(listeners: tuple[Listener, ...], *, fold_case: bool = False) -> tuple[Listener, ...]:
+    """The upstream CRDs' uniqueness rules over a list of listeners (a list-map keyed by name);
+    ``fold_case``: protocols compared case-insensitively (ListenerSet's rule does, the Gateway's
+    does not)."""
     names = [listener.name for listener in listeners]
     if len(names) != len(set(names)):
         raise ValueError("Listener name must be unique within the Gateway")
@@ -250,27 +346,33 @@ def unique_listeners(listeners: tuple[Listener, ...], *, fold_case: bool) -> Non
     ]
     if len(combos) != len(set(combos)):
         raise ValueError("Combination of port, protocol and hostname must be unique for each listener")
+    return listeners
 
 
 class GatewaySpec(Model):
     gateway_class_name: ObjectName
-    listeners: tuple[Listener, ...] = Field(min_length=1, max_length=64)
+    listeners: Annotated[
+        tuple[Listener, ...],
+        Field(min_length=1, max_length=64, json_schema_extra=list_map("name")),
+        AfterValidator(unique_listeners),
+    ]
     addresses: tuple[GatewayAddress, ...] = Field(default=(), max_length=16)
     infrastructure: GatewayInfrastructure | None = None
     tls: GatewaySpecTLS | None = None
     allowed_listeners: AllowedListeners | None = None
 
-    @model_validator(mode="after")
-    def _unique_listener_names(self) -> GatewaySpec:
-        unique_listeners(self.listeners, fold_case=False)
-        return self
 
-
-class Gateway(KubeObject):
+class Gateway(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "Gateway"
 
     spec: GatewaySpec
+
+    def object_errors(self) -> list[ObjectError]:
+        # The uniqueness rules on spec.addresses (CEL on the list: both are reported).
+        addresses = self.spec.addresses
+        found = [(("spec", "addresses"), "cel", m, "array") for m in _unique_addresses(addresses)]
+        return [*super().object_errors(), *found]
 
 
 # ---------------------------------------------------------------- HTTPRoute
@@ -283,6 +385,10 @@ class ParentReference(Model):
     name: ObjectName
     section_name: SectionName | None = None
     port: PortNumber | None = None
+
+
+#: The characters a path of type Exact or PathPrefix may hold (RFC 3986 pchar, and '/').
+_PATH_CHARACTERS = re.compile(r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$")
 
 
 class HTTPPathMatch(Model):
@@ -302,8 +408,14 @@ class HTTPPathMatch(Model):
             for bad in ("/./", "/../", "%2f", "%2F", "#"):
                 if bad in self.value:
                     raise ValueError(f"must not contain '{bad}' when type one of ['Exact', 'PathPrefix']")
-            if self.value.endswith(("/..", "/.")):
-                raise ValueError("must not end with '/..' or '/.' when type one of ['Exact', 'PathPrefix']")
+            for end in ("/..", "/."):
+                if self.value.endswith(end):
+                    raise ValueError(f"must not end with '{end}' when type one of ['Exact', 'PathPrefix']")
+            if not _PATH_CHARACTERS.match(self.value):
+                raise ValueError(
+                    f"must only contain valid characters (matching {_PATH_CHARACTERS.pattern}) "
+                    "for types ['Exact', 'PathPrefix']"
+                )
         return self
 
 
@@ -329,8 +441,12 @@ HTTPMethod = Literal["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS
 
 class HTTPRouteMatch(Model):
     path: HTTPPathMatch = HTTPPathMatch()
-    headers: tuple[HTTPHeaderMatch, ...] = Field(default=(), max_length=16)
-    query_params: tuple[HTTPQueryParamMatch, ...] = Field(default=(), max_length=16)
+    headers: tuple[HTTPHeaderMatch, ...] = Field(
+        default=(), max_length=16, json_schema_extra=list_map("name")
+    )
+    query_params: tuple[HTTPQueryParamMatch, ...] = Field(
+        default=(), max_length=16, json_schema_extra=list_map("name")
+    )
     method: HTTPMethod | None = None
 
 
@@ -348,9 +464,9 @@ class HTTPHeaderFilter(Model):
     server does not check it across lists, translation does.
     """
 
-    set: tuple[HTTPHeader, ...] = Field(default=(), max_length=16)
-    add: tuple[HTTPHeader, ...] = Field(default=(), max_length=16)
-    remove: tuple[str, ...] = Field(default=(), max_length=16)
+    set: tuple[HTTPHeader, ...] = Field(default=(), max_length=16, json_schema_extra=list_map("name"))
+    add: tuple[HTTPHeader, ...] = Field(default=(), max_length=16, json_schema_extra=list_map("name"))
+    remove: tuple[str, ...] = Field(default=(), max_length=16, json_schema_extra=LIST_SET)
 
 
 class HTTPPathModifier(Model):
@@ -686,7 +802,7 @@ class HTTPRouteSpec(Model):
     )
 
 
-class HTTPRoute(KubeObject):
+class HTTPRoute(ObjectChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "HTTPRoute"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from weir.api.cel import CelChecked, CelModel, CelRule
 from weir.api.gateway_v1 import (
@@ -22,6 +22,7 @@ from weir.api.gateway_v1 import (
     ParentReference,
     SessionPersistence,
 )
+from weir.api.listtypes import list_map
 from weir.api.meta import Hostname, KubeObject, LocalObjectReference, Model, SectionName
 
 API_VERSION = f"{GROUP}/v1"
@@ -63,21 +64,11 @@ class GRPCRouteMatch(Model):
     """All conditions must hold. No ``method``: every service and method."""
 
     method: GRPCMethodMatch | None = None
+    #: A list-map keyed by name: the API server refuses a repeated name (exact spelling; the
+    #: Gateway API then ignores later entries differing only in case).
     headers: tuple[GRPCHeaderMatch, ...] = Field(
-        default=(),
-        max_length=16,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        default=(), max_length=16, json_schema_extra=list_map("name")
     )
-
-    @model_validator(mode="after")
-    def _header_names_unique(self) -> GRPCRouteMatch:
-        # A list of type map keyed by name: the API server refuses a repeated name (exact
-        # spelling; the Gateway API then ignores later entries differing only in case).
-        names = [h.name for h in self.headers]
-        for name in names:
-            if names.count(name) > 1:
-                raise ValueError(f'headers: Duplicate value: {{"name":"{name}"}}')
-        return self
 
 
 class GRPCRouteFilter(CelModel):

@@ -118,6 +118,12 @@ PreciseHostname = Annotated[
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
     ),
 ]
+#: Gateway API ``LabelValue``: a label's value, 63 characters at most, may be empty.
+LabelValue = Annotated[
+    str, StringConstraints(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+]
+#: Gateway API ``AnnotationValue``.
+AnnotationValue = Annotated[str, StringConstraints(max_length=4096)]
 #: Integers are strict, as in the API server: ``"80"`` and ``true`` are not ports.
 PortNumber = Annotated[int, Field(ge=1, le=65535, strict=True)]
 
@@ -191,6 +197,10 @@ class KubeObject(Model):
     @property
     def key(self) -> ObjectKey:
         return ObjectKey(self.KIND, self.namespace, self.name)
+
+    def warnings(self) -> tuple[tuple[str, str], ...]:
+        """``(field path, message)`` of what is valid here but will not be elsewhere (a cluster's CRD)."""
+        return ()
 
 
 class ObjectKey(tuple[str, str, str]):

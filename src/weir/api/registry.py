@@ -51,10 +51,15 @@ OLDER_VERSIONS: tuple[type[KubeObject], ...] = (
     gateway_v1_udproute.UDPRouteV1Alpha2,
 )
 
+#: Kinds weir reads from files only; a cluster's are not watched (Pods: see ``core_v1.Pod``).
+FILES_ONLY: tuple[type[KubeObject], ...] = (core_v1.Pod,)
+
 _BY_TYPE: dict[tuple[str, str], type[KubeObject]] = {
-    (version, m.KIND): m for m in (*MODELS, *OLDER_VERSIONS) for version in (m.API_VERSION, *m.ALSO_SERVED)
+    (version, m.KIND): m
+    for m in (*MODELS, *OLDER_VERSIONS, *FILES_ONLY)
+    for version in (m.API_VERSION, *m.ALSO_SERVED)
 }
-_KINDS: dict[str, type[KubeObject]] = {m.KIND: m for m in MODELS}
+_KINDS: dict[str, type[KubeObject]] = {m.KIND: m for m in (*MODELS, *FILES_ONLY)}
 
 
 def lookup(api_version: str, kind: str) -> type[KubeObject] | None:

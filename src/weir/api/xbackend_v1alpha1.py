@@ -1,18 +1,33 @@
-"""Gateway API experimental ``gateway.networking.x-k8s.io/v1alpha1``: XBackend.
+"""Gateway API experimental ``gateway.networking.x-k8s.io/v1alpha1``: XBackend, in two shapes.
 
-The released shape (Gateway API v1.6 experimental channel, from GEP-4894),
-with the upstream CRD's constraints: the OpenAPI ones as pydantic
-constraints, the CEL rules as :class:`~weir.api.cel.CelRule` with the
+* ``v1.6``: the released shape (Gateway API v1.6 experimental channel, from
+  GEP-4894): ``spec.port.port``, optional ``spec.port.name``, type
+  ``ExternalHostname``, six protocols, ``status.parents[].parentRef``.
+* ``main``: upstream's main branch since (unreleased): ``spec.port.number``
+  (no ``name``; ``port`` needs a property), type ``EndpointSelector`` with
+  ``spec.endpointSelector.matchLabels``, protocols ``GRPC`` and ``WSS``,
+  three protocol/TLS rules on ``spec``, ``status.ancestors[].ancestorRef``.
+
+One apiVersion and kind carry both, so the object's keys say which it is
+(:func:`shape_of`): ``spec.port.number`` or ``spec.endpointSelector`` make it
+``main``, anything else is ``v1.6``. A ``main`` object that also uses a
+``v1.6`` key (``spec.port.port``, ``spec.port.name``) is refused as the API
+server with main's CRD refuses it: ``field not declared in schema``. Each
+shape is validated with its own CRD's constraints: the OpenAPI ones as
+pydantic constraints, the CEL rules as :class:`~weir.api.cel.CelRule` with the
 upstream rule text and message (evaluated by a CEL engine, and emitted into
-the CRD by ``weir crds``). See ``../shared/reference/xbackend.md`` for the
-table this follows.
+the CRD by ``weir crds``). Where upstream's rule text has a bug, weir follows
+its intent and says so at the rule. See ``docs/xbackend.md``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from weir.api.cel import CelChecked, CelModel, CelRule
 from weir.api.gateway_v1 import ParentReference
@@ -23,6 +38,7 @@ from weir.api.meta import (
     Hostname,
     Kind,
     KubeObject,
+    LabelValue,
     Model,
     Namespace,
     ObjectName,
@@ -35,8 +51,22 @@ API_VERSION = f"{GROUP}/v1alpha1"
 _ATOMIC: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
 
 
+#: Which XBackend CRD an object is written for: the released one, or upstream main's.
+Shape = Literal["v1.6", "main"]
+SHAPES: tuple[Shape, ...] = ("v1.6", "main")
+
+#: The error of a key the object's shape does not have (see :func:`shape_of`), in the API server's words.
+NOT_DECLARED = "field_not_declared"
+#: The error of an object with fewer properties than its schema's ``minProperties``.
+TOO_FEW_PROPERTIES = "too_few_properties"
+
+
+def _not_declared(value: Any) -> Any:
+    raise PydanticCustomError(NOT_DECLARED, "field not declared in schema")
+
+
 class BackendPort(Model):
-    """``spec.port``. The released schema calls the number ``port``; a newer draft ``number``."""
+    """``spec.port`` of the v1.6 shape: the number is ``port``, with an optional ``name``."""
 
     port: int = Field(ge=1, le=65535, strict=True, json_schema_extra={"format": "int32"})
     name: (
@@ -51,13 +81,39 @@ class BackendPort(Model):
         | None
     ) = None
 
+    @property
+    def number(self) -> int:
+        """The port number, under main's name."""
+        return self.port
+
+
+class BackendPortMain(Model):
+    """``spec.port`` of the main shape: ``number``, optional in the schema but ``port`` needs one property.
+
+    ``port`` and ``name`` (the v1.6 keys) are refused when written, and are not in the CRD.
+    """
+
+    model_config = {"json_schema_extra": {"minProperties": 1}}
+
+    number: int | None = Field(
+        default=None, ge=1, le=65535, strict=True, json_schema_extra={"format": "int32"}
+    )
+    v16_port: SkipJsonSchema[Any] = Field(default=None, alias="port")
+    v16_name: SkipJsonSchema[Any] = Field(default=None, alias="name")
+
+    _refuse_v16_keys = field_validator("v16_port", "v16_name", mode="before")(_not_declared)
+
     @model_validator(mode="before")
     @classmethod
-    def _accept_number(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "port" not in data and "number" in data:
-            data = {**data, "port": data["number"]}
-            del data["number"]
+    def _has_a_property(cls, data: Any) -> Any:
+        if isinstance(data, dict) and all(v is None for v in data.values()):  # null is pruned
+            raise PydanticCustomError(TOO_FEW_PROPERTIES, "should have at least {min} properties", {"min": 1})
         return data
+
+    @property
+    def name(self) -> None:
+        """main has no port name."""
+        return None
 
 
 class ExternalHostname(Model):
@@ -110,6 +166,18 @@ class SubjectAltName(CelModel):
     uri: AbsoluteURI | None = None
 
 
+#: Gateway API ``WellKnownCACertificatesType``: ``System`` or a prefixed, implementation-specific name.
+WellKnownCACertificates = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^(System|([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+        r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]))$",
+    ),
+]
+
+
 class TLSValidation(CelModel):
     """The ``validation`` block shared with BackendTLSPolicy."""
 
@@ -129,8 +197,10 @@ class TLSValidation(CelModel):
     ca_certificate_refs: tuple[CACertificateRef, ...] = Field(
         default=(), max_length=8, json_schema_extra=_ATOMIC
     )
-    #: Upstream's enum is ``System``; weir also reads other values and reports them in status.
-    well_known_ca_certificates: str | None = Field(default=None, alias="wellKnownCACertificates")
+    #: ``System``, or an implementation's own set as ``domain/name`` (weir has none: status says so).
+    well_known_ca_certificates: WellKnownCACertificates | None = Field(
+        default=None, alias="wellKnownCACertificates"
+    )
     hostname: PreciseHostname
     subject_alt_names: tuple[SubjectAltName, ...] = Field(default=(), max_length=5, json_schema_extra=_ATOMIC)
 
@@ -159,15 +229,20 @@ class BackendTLS(CelModel):
 
 
 Protocol = Literal["TCP", "HTTP", "HTTP2", "HTTP11", "H2C", "MCP"]
+#: main adds gRPC and WebSocket over TLS.
+ProtocolMain = Literal["TCP", "HTTP", "HTTP2", "HTTP11", "H2C", "MCP", "GRPC", "WSS"]
+
+_EXTERNAL_HOSTNAME_IFF = CelRule(
+    "self.type == 'ExternalHostname' ? has(self.externalHostname) : !has(self.externalHostname)",
+    "externalHostname must be set when type is ExternalHostname and must be unset otherwise",
+)
 
 
 class XBackendSpec(CelModel):
-    cel_rules: ClassVar[tuple[CelRule, ...]] = (
-        CelRule(
-            "self.type == 'ExternalHostname' ? has(self.externalHostname) : !has(self.externalHostname)",
-            "externalHostname must be set when type is ExternalHostname and must be unset otherwise",
-        ),
-    )
+    """``spec`` of the v1.6 shape."""
+
+    SHAPE: ClassVar[Shape] = "v1.6"
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (_EXTERNAL_HOSTNAME_IFF,)
 
     type: Literal["ExternalHostname"]
     port: BackendPort
@@ -175,9 +250,85 @@ class XBackendSpec(CelModel):
     protocol: Protocol | None = None
     tls: BackendTLS | None = None
 
+    @property
+    def endpoint_selector(self) -> None:
+        """v1.6 has no EndpointSelector type."""
+        return None
+
+    @property
+    def port_number(self) -> int:
+        return self.port.port
+
+
+class EndpointSelector(Model):
+    """``spec.endpointSelector`` (main): the Pods of the XBackend's namespace with all these labels.
+
+    Upstream's CRD also lists ``""`` as required here (controller-gen's
+    reading of an inlined, required struct); weir follows the intent.
+    """
+
+    match_labels: dict[str, LabelValue] = Field(min_length=1, max_length=64)
+
+
+class XBackendSpecMain(CelModel):
+    """``spec`` of the main shape.
+
+    Upstream's three protocol rules read ``self.protocol`` without ``has()``,
+    so a real API server refuses every XBackend without ``spec.protocol``
+    (``no such key: protocol``), an upstream bug in unreleased code. weir's
+    rules say what upstream's mean, guarded by ``!has(self.protocol) ||``,
+    with upstream's messages; ``weir crds --xbackend main`` emits them so.
+    ``tls.mode: None`` counts as having ``tls``, as on the real server.
+    """
+
+    SHAPE: ClassVar[Shape] = "main"
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        _EXTERNAL_HOSTNAME_IFF,
+        CelRule(
+            "self.type == 'EndpointSelector' ? has(self.endpointSelector) : !has(self.endpointSelector)",
+            "endpointSelector must be set when type is EndpointSelector and must be unset otherwise",
+        ),
+        CelRule(
+            "!has(self.protocol) || self.protocol != 'H2C' || !has(self.tls)",
+            "tls must be unset when protocol is H2C, use protocol HTTP2 for HTTP/2 with tls",
+        ),
+        CelRule(
+            "!has(self.protocol) || self.protocol != 'HTTP2' || has(self.tls)",
+            "tls must be set when protocol is HTTP2, use protocol H2C for HTTP/2 without tls",
+        ),
+        CelRule(
+            "!has(self.protocol) || self.protocol != 'WSS' || has(self.tls)",
+            "tls must be set when protocol is WSS",
+        ),
+    )
+
+    type: Literal["ExternalHostname", "EndpointSelector"]
+    port: BackendPortMain
+    external_hostname: ExternalHostname | None = None
+    endpoint_selector: EndpointSelector | None = None
+    protocol: ProtocolMain | None = None
+    tls: BackendTLS | None = None
+
+    @property
+    def port_number(self) -> int:
+        # ``port`` has a property, and ``number`` is its only one (others are refused).
+        assert self.port.number is not None
+        return self.port.number
+
+
+def shape_of(spec: Any) -> Shape:
+    """The shape an XBackend's ``spec`` (raw or parsed) is written in; see the module doc."""
+    if isinstance(spec, XBackendSpec | XBackendSpecMain):
+        return spec.SHAPE
+    if isinstance(spec, dict):
+        port = spec.get("port")
+        if "endpointSelector" in spec or (isinstance(port, dict) and "number" in port):
+            return "main"
+    return "v1.6"
+
 
 class BackendParentStatus(Model):
-    """One entry of ``status.parents`` (Go: ``BackendAncestorStatus``)."""
+    """One entry of ``status.parents`` (v1.6; Go: ``BackendAncestorStatus``)."""
 
     controller_name: GatewayController
     parent_ref: ParentReference
@@ -188,15 +339,70 @@ class BackendParentStatus(Model):
 
 
 class BackendStatus(Model):
-    """``status`` as weir writes it (the released shape). Read only for the CRD: status is kept as data."""
+    """``status`` of the v1.6 shape. Read only for the CRD: status is kept as data."""
 
     parents: tuple[BackendParentStatus, ...] = Field(default=(), max_length=32, json_schema_extra=_ATOMIC)
+
+
+class BackendAncestorStatus(Model):
+    """One entry of ``status.ancestors`` (main)."""
+
+    controller_name: GatewayController
+    ancestor_ref: ParentReference
+    conditions: tuple[Condition, ...] = Field(
+        default=(),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class BackendStatusMain(Model):
+    """``status`` of the main shape."""
+
+    ancestors: tuple[BackendAncestorStatus, ...] = Field(default=(), max_length=32, json_schema_extra=_ATOMIC)
+
+
+@dataclass(frozen=True)
+class ShapeSchema:
+    """What differs between the shapes: the ``spec`` and ``status`` models, and status's key names."""
+
+    spec: type[XBackendSpec] | type[XBackendSpecMain]
+    status: type[BackendStatus] | type[BackendStatusMain]
+    #: ``status.<list>[].<ref>``
+    status_list: str
+    status_ref: str
+
+
+SCHEMAS: dict[Shape, ShapeSchema] = {
+    "v1.6": ShapeSchema(XBackendSpec, BackendStatus, "parents", "parentRef"),
+    "main": ShapeSchema(XBackendSpecMain, BackendStatusMain, "ancestors", "ancestorRef"),
+}
 
 
 class XBackend(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "XBackend"
-    #: The schema of ``status`` in the CRD.
+    #: The schema of ``status`` in the CRD (of the v1.6 shape; see :data:`SCHEMAS`).
     STATUS: ClassVar[type[Model]] = BackendStatus
 
-    spec: XBackendSpec
+    spec: Annotated[
+        Annotated[XBackendSpec, Tag("XBackendSpec")] | Annotated[XBackendSpecMain, Tag("XBackendSpecMain")],
+        Discriminator(lambda spec: SCHEMAS[shape_of(spec)].spec.__name__),
+    ]
+
+    @property
+    def shape(self) -> Shape:
+        return self.spec.SHAPE
+
+    def warnings(self) -> tuple[tuple[str, str], ...]:
+        """A v1.6 ``port.name``: weir accepts a valid DNS label, as the field's rule means, but that
+        rule makes an API server with the released v1.6.x CRD refuse every non-empty name."""
+        if isinstance(self.spec, XBackendSpec) and self.spec.port.name:
+            return (
+                (
+                    "spec.port.name",
+                    "accepted, but a cluster with the released v1.6.x XBackend CRD refuses every "
+                    "non-empty name (its rule is wrong upstream; upstream main removed the field): "
+                    "omit it for such clusters",
+                ),
+            )
+        return ()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
-from weir.api.core_v1 import Service, ServicePort
+from weir.api.core_v1 import Pod, Service, ServicePort
 from weir.api.gateway_v1 import GROUP as GATEWAY_GROUP
 from weir.api.gateway_v1 import BackendRef
 from weir.api.meta import ObjectKey
@@ -36,6 +36,10 @@ H2C_APP_PROTOCOL = "kubernetes.io/h2c"
 WS_APP_PROTOCOL = "kubernetes.io/ws"
 WSS_APP_PROTOCOL = "kubernetes.io/wss"
 
+
+#: XBackend protocols whose exchanges are long-lived: MCP's event streams, gRPC's streaming calls
+#: (which carry their own deadline), WebSocket sessions. Routes to them have no request timeout.
+STREAMING_PROTOCOLS = ("MCP", "GRPC", "WSS")
 
 #: Route kinds that relay bytes rather than requests: their backends speak raw TCP.
 RAW_ROUTE_KINDS = ("TCPRoute", "TLSRoute")
@@ -202,7 +206,7 @@ class BackendResolver:
         traffic = None  # nor retries, nor sessions
         if route_kind == UDP_ROUTE:  # datagrams: no TLS origination either
             name = f"service/{namespace}/{ref.name}/{port.port}/udp"
-            endpoints = ir.StaticEndpoints(self._endpoints(svc, port))
+            endpoints = ir.StaticEndpoints(service_endpoints(self._resources, svc, port))
             return Resolved(ir.Upstream(name=name, destination=endpoints, protocol=ir.UpstreamProtocol.UDP))
         if route_kind not in RAW_ROUTE_KINDS:
             applied_credential = self.credential_policies.for_service_port(svc, port, gateways)
@@ -246,7 +250,7 @@ class BackendResolver:
             secrets = (*secrets, applied_credential.secret)
         upstream = ir.Upstream(
             name=name,
-            destination=ir.StaticEndpoints(self._endpoints(svc, port)),
+            destination=ir.StaticEndpoints(service_endpoints(self._resources, svc, port)),
             protocol=protocol,
             tls=upstream_tls,
             websocket=websocket,
@@ -254,34 +258,6 @@ class BackendResolver:
             retry_budget=traffic.retry_budget if traffic else None,
         )
         return Resolved(upstream, secrets, streaming=websocket, session=traffic.session if traffic else None)
-
-    def _endpoints(self, svc: Service, port: ServicePort) -> tuple[ir.Endpoint, ...]:
-        """The endpoints of ``svc`` for ``port``, from every slice, matched to slice ports by name.
-
-        As kube-proxy does: the ready endpoints; when there are none, the
-        terminating ones that still serve, so that connections keep working
-        while a whole Service rolls over (they would otherwise all fail,
-        though the old pods still answer). Endpoints that neither are ready
-        nor serve are never used. FQDN slices are not read.
-        """
-        ready: set[tuple[str, int]] = set()
-        draining: set[tuple[str, int]] = set()
-        wanted = port.name or ""
-        for eps in self._resources.endpoint_slices(svc.namespace, svc.name):
-            if eps.address_type == "FQDN":
-                continue
-            slice_port = next(
-                (p for p in eps.ports if (p.name or "") == wanted and p.protocol == port.protocol and p.port),
-                None,
-            )
-            if slice_port is None or slice_port.port is None:
-                continue
-            for endpoint in eps.endpoints:
-                if endpoint.is_ready:
-                    ready.update((addr, slice_port.port) for addr in endpoint.addresses)
-                elif endpoint.is_serving and endpoint.is_terminating:
-                    draining.update((addr, slice_port.port) for addr in endpoint.addresses)
-        return tuple(ir.Endpoint(a, p) for a, p in sorted(ready or draining))
 
     # ------------------------------------------------------------ XBackends
 
@@ -297,11 +273,11 @@ class BackendResolver:
                 f"XBackend {namespace}/{ref.name} cannot take UDP: XBackends speak TCP-based protocols "
                 "(external UDP egress is not guarded by weir); use a Service",
             )
-        if ref.port is not None and ref.port != xb.spec.port.port:
+        if ref.port is not None and ref.port != xb.spec.port_number:
             return RefFailure(
                 st.R_BACKEND_NOT_FOUND,
                 f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
-                f"port {xb.spec.port.port}; omit the port or make them equal",
+                f"port {xb.spec.port_number}; omit the port or make them equal",
             )
         if route_kind == "GRPCRoute" and not _carries_grpc(xb):
             protocol = xb.spec.protocol or "unset (HTTP)"
@@ -338,7 +314,7 @@ class BackendResolver:
         return Resolved(
             verdict.upstream,
             verdict.secrets,
-            streaming=xb.spec.protocol == "MCP",
+            streaming=xb.spec.protocol in STREAMING_PROTOCOLS,
             unusable=why,
             session=traffic.session if traffic else None,
         )
@@ -397,7 +373,11 @@ class BackendResolver:
             if verdict is None or verdict.upstream is None:
                 continue
             upstream = verdict.upstream
-            assert isinstance(upstream.destination, ir.DnsName)
+            if not isinstance(upstream.destination, ir.DnsName):
+                # EndpointSelector: Pods in the cluster, whose addresses their owners choose (as for
+                # Services); the egress guard is for external hostnames.
+                settled[upstream.name] = (upstream, verdict.secrets)
+                continue
             classes = sorted({gateway_classes[gw] for gw in users if gw in gateway_classes})
             decision = egress.decide(
                 upstream.destination.hostname, [policies[c] for c in classes if c in policies] or [fallback]
@@ -432,7 +412,11 @@ class BackendResolver:
         routes use it.
 
         Entries written by other controllers are kept; weir's entries for
-        Gateways that no longer use the XBackend disappear. At most 32.
+        Gateways that no longer use the XBackend disappear. At most 32. The
+        status has the shape of the object (:attr:`XBackend.shape`):
+        ``parents[].parentRef`` for v1.6, ``ancestors[].ancestorRef`` for
+        main, never both (a provider whose CRD has the other shape converts
+        it with :func:`weir.translate.status.reshape_xbackend_status`).
         """
         out: dict[ObjectKey, dict[str, Any]] = {}
         if only is None:
@@ -445,16 +429,18 @@ class BackendResolver:
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation
             conditions = [st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions]
+            status_list, status_ref = st.XBACKEND_STATUS_KEYS[xb.shape]
             ours = [
                 st.parent_entry(
                     {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name},
                     controller_name,
                     conditions,
                     unique=True,  # an XBackend's Accepted message names its hostname and port
+                    ref_key=status_ref,
                 )
                 for gw in users
             ]
-            status = st.parents_status(xb.status, controller_name, ours, unique=True)
+            status = st.parents_status(xb.status, controller_name, ours, key=status_list, unique=True)
             if status is not None:
                 out[xb.key] = status
         return out
@@ -467,10 +453,69 @@ def _policy_refused(policy: str, namespace: str, service: str) -> str:
     )
 
 
+def service_endpoints(resources: Resources, svc: Service, port: ServicePort) -> tuple[ir.Endpoint, ...]:
+    """The endpoints of ``svc`` for ``port``, from every slice, matched to slice ports by name.
+
+    As kube-proxy does: the ready endpoints; when there are none, the
+    terminating ones that still serve, so that connections keep working
+    while a whole Service rolls over (they would otherwise all fail,
+    though the old pods still answer). Endpoints that neither are ready
+    nor serve are never used. FQDN slices are not read.
+    """
+    ready: set[tuple[str, int]] = set()
+    draining: set[tuple[str, int]] = set()
+    wanted = port.name or ""
+    for eps in resources.endpoint_slices(svc.namespace, svc.name):
+        if eps.address_type == "FQDN":
+            continue
+        slice_port = next(
+            (p for p in eps.ports if (p.name or "") == wanted and p.protocol == port.protocol and p.port),
+            None,
+        )
+        if slice_port is None or slice_port.port is None:
+            continue
+        for endpoint in eps.endpoints:
+            if endpoint.is_ready:
+                ready.update((addr, slice_port.port) for addr in endpoint.addresses)
+            elif endpoint.is_serving and endpoint.is_terminating:
+                draining.update((addr, slice_port.port) for addr in endpoint.addresses)
+    return tuple(ir.Endpoint(a, p) for a, p in sorted(ready or draining))
+
+
+#: The label that ties a Service to the EndpointSelector XBackend it serves (value: the XBackend's
+#: name): in a cluster, the headless Service made for the XBackend (its EndpointSlices carry it too).
+SELECTOR_SERVICE_LABEL = "weir.dev/xbackend"
+
+
+def selected_endpoints(resources: Resources, xb: XBackend) -> tuple[ir.Endpoint, ...]:
+    """The endpoints of an EndpointSelector XBackend, on its port, in its namespace only.
+
+    The ready Pods of the namespace whose labels include every
+    ``matchLabels`` pair (files), and the endpoints of the Services of the
+    namespace labelled :data:`SELECTOR_SERVICE_LABEL` with the XBackend's name
+    (a cluster: the headless Service made for it, whose EndpointSlices say
+    which Pods are ready, as for any Service). Pods of other namespaces are
+    never selected.
+    """
+    selector = xb.spec.endpoint_selector
+    assert selector is not None
+    port = xb.spec.port_number
+    found: set[tuple[str, int]] = set()
+    for pod in resources.all(Pod):
+        if pod.namespace != xb.namespace or not pod.ready:
+            continue
+        labels = pod.metadata.labels
+        if all(labels.get(k) == v for k, v in selector.match_labels.items()):
+            found.update((address, port) for address in pod.addresses)
+    for svc in resources.all(Service):
+        if svc.namespace == xb.namespace and svc.metadata.labels.get(SELECTOR_SERVICE_LABEL) == xb.name:
+            for svc_port in svc.spec.ports:
+                found.update((e.address, e.port) for e in service_endpoints(resources, svc, svc_port))
+    return tuple(ir.Endpoint(a, p) for a, p in sorted(found))
+
+
 def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -> XBackendVerdict:
     spec = xb.spec
-    assert spec.external_hostname is not None  # guaranteed by the model for type ExternalHostname
-    hostname = spec.external_hostname.hostname
     name = f"xbackend/{xb.namespace}/{xb.name}"
 
     def refused(accepted_reason: str, message: str, resolved_reason: str | None = None) -> XBackendVerdict:
@@ -481,9 +526,21 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             conds.append((st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"))
         return XBackendVerdict(None, (), tuple(conds))
 
-    why_not = egress.refused_hostname(hostname)
-    if why_not is not None:
-        return refused(st.R_UNSUPPORTED_VALUE, why_not)
+    selector = spec.endpoint_selector
+    if spec.external_hostname is not None:
+        hostname: str | None = spec.external_hostname.hostname
+        why_not = egress.refused_hostname(spec.external_hostname.hostname)
+        if why_not is not None:
+            return refused(st.R_UNSUPPORTED_VALUE, why_not)
+    else:  # type EndpointSelector (main shape): Pods in the cluster; the egress guard is for external names
+        hostname = None
+        tls_validation = spec.tls.validation if spec.tls is not None else None
+        if spec.tls is not None and spec.tls.mode != "None" and tls_validation is None:
+            return refused(
+                st.R_INVALID,
+                "type EndpointSelector with TLS needs tls.validation (its hostname is the SNI and the name "
+                "the Pods' certificate must carry): there is no external hostname to default to",
+            )
     mode = spec.tls.mode if spec.tls else "None"
     if spec.protocol == "H2C" and mode != "None":
         return refused(
@@ -491,16 +548,24 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             "protocol H2C is HTTP/2 over plaintext and cannot be combined with TLS; "
             "use HTTP2 for HTTP/2 over TLS",
         )
+    if spec.protocol == "WSS" and mode == "None":
+        # main's schema takes tls.mode None as "tls is set"; WSS is WebSocket over TLS all the same.
+        return refused(
+            st.R_INVALID,
+            "protocol WSS is WebSocket over TLS, but tls.mode is None (plaintext); "
+            "set tls.mode ServerOnly (or ClientAndServer)",
+        )
     upstream_tls: ir.UpstreamTLS | None = None
     secrets: list[ir.Secret] = []
     if spec.tls is not None and mode != "None":
         prefix = f"xbackend/{xb.namespace}/{xb.name}"
+        assert spec.tls.validation is not None or hostname is not None  # checked above
         result = tls.server_validation(
             resources,
             settings,
             namespace=xb.namespace,
             validation=spec.tls.validation,
-            default_hostname=hostname,
+            default_hostname=hostname or "",
             secret_prefix=prefix,
         )
         if isinstance(result, tls.TlsProblem) or result.skipped:
@@ -522,23 +587,34 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
                 return refused(cert.accepted_reason, cert.message, cert.resolved_reason)
             secrets.append(cert)
             upstream_tls = dataclasses.replace(upstream_tls, client_certificate=cert.name)
+    destination: ir.DnsName | ir.StaticEndpoints
+    if hostname is not None:
+        destination = ir.DnsName(hostname, spec.port_number)
+        target = f"{hostname}:{spec.port_number}"
+    else:
+        assert selector is not None
+        destination = ir.StaticEndpoints(selected_endpoints(resources, xb))
+        # Not how many are ready: that changes with every rollout, and status would follow.
+        chosen = ",".join(f"{k}={v}" for k, v in sorted(selector.match_labels.items()))
+        target = f"the Pods of {xb.namespace} selected by {chosen}, port {spec.port_number},"
     upstream = ir.Upstream(
         name=name,
-        destination=ir.DnsName(hostname, spec.port.port),
+        destination=destination,
         protocol=_protocol(spec.protocol, tls_on=upstream_tls is not None),
         tls=upstream_tls,
         host_header=None if spec.protocol == "TCP" else hostname,
+        websocket=spec.protocol == "WSS",
+        grpc=spec.protocol == "GRPC",
     )
     if upstream_tls is None:
         message = (
-            f"Traffic to {hostname}:{spec.port.port} is sent unencrypted (tls.mode None); "
+            f"Traffic to {target} is sent unencrypted (tls.mode None); "
             "set tls.mode ServerOnly to encrypt and verify it"
         )
     else:
         names = ", ".join(san.value for san in upstream_tls.subject_alt_names)
         message = (
-            f"Traffic to {hostname}:{spec.port.port} uses TLS with SNI {upstream_tls.sni}; "
-            f"the certificate must name {names}"
+            f"Traffic to {target} uses TLS with SNI {upstream_tls.sni}; the certificate must name {names}"
         )
     conds = (
         (st.ACCEPTED, True, st.R_ACCEPTED, message),
@@ -549,7 +625,7 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
 
 def _carries_grpc(xb: XBackend) -> bool:
     """Whether what weir speaks to ``xb`` can be HTTP/2 (see :func:`_protocol`)."""
-    if xb.spec.protocol in ("HTTP2", "H2C"):
+    if xb.spec.protocol in ("HTTP2", "H2C", "GRPC"):
         return True
     tls_on = xb.spec.tls is not None and xb.spec.tls.mode != "None"
     return xb.spec.protocol in (None, "HTTP") and tls_on
@@ -561,14 +637,16 @@ def _protocol(protocol: str | None, *, tls_on: bool) -> ir.UpstreamProtocol:
     ``HTTP2`` is HTTP/2 only: over TLS with ALPN ``h2``, in plaintext h2c with
     prior knowledge; a server that cannot speak it fails the request, there is
     no fallback to HTTP/1.1. ``H2C`` is the plaintext half of that (with TLS
-    it never gets here). ``HTTP11`` is HTTP/1.1 only. Unset, ``HTTP`` and
-    ``MCP`` (streamable HTTP is plain HTTP) let ALPN choose over TLS and
-    speak HTTP/1.1 in plaintext, where nothing can negotiate.
+    it never gets here). ``GRPC`` is gRPC, which is HTTP/2 (ALPN ``h2``, or
+    h2c in plaintext). ``HTTP11`` is HTTP/1.1 only, and so is ``WSS``: a
+    WebSocket session starts as an HTTP/1.1 upgrade (RFC 6455), over TLS.
+    Unset, ``HTTP`` and ``MCP`` (streamable HTTP is plain HTTP) let ALPN
+    choose over TLS and speak HTTP/1.1 in plaintext, where nothing can negotiate.
     """
     if protocol == "TCP":
         return ir.UpstreamProtocol.TCP
-    if protocol in ("HTTP2", "H2C"):
+    if protocol in ("HTTP2", "H2C", "GRPC"):
         return ir.UpstreamProtocol.HTTP2
-    if protocol == "HTTP11":
+    if protocol in ("HTTP11", "WSS"):
         return ir.UpstreamProtocol.HTTP1
     return ir.UpstreamProtocol.AUTO if tls_on else ir.UpstreamProtocol.HTTP1

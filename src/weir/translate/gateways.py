@@ -521,6 +521,9 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
         if addr.type != "IPAddress":
             unsupported.append(f"{addr.type} {addr.value!r}")
             continue
+        if addr.value is None:
+            unsupported.append("IPAddress without a value (weir does not assign addresses: give one)")
+            continue
         try:
             addresses.append(str(ipaddress.ip_address(addr.value)))
         except ValueError:

@@ -56,7 +56,7 @@ from weir.api.meta import ObjectKey
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, routed_listener
-from weir.translate.backends import BackendResolver
+from weir.translate.backends import SELECTOR_SERVICE_LABEL, BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
     ListenerContext,
@@ -228,6 +228,12 @@ def _changed_backends(state: _State, resources: Resources, changed: Iterable[Obj
             for obj in (state.resources.objects.get(key), resources.objects.get(key)):
                 if isinstance(obj, EndpointSlice) and obj.service_name:
                     out.add(ObjectKey("Service", key.namespace, obj.service_name))
+    # A Service made for an EndpointSelector XBackend: its endpoints are that XBackend's.
+    for key in [k for k in out if k.kind == "Service"]:
+        for svc in (state.resources.objects.get(key), resources.objects.get(key)):
+            owner = svc.metadata.labels.get(SELECTOR_SERVICE_LABEL) if svc is not None else None
+            if owner:
+                out.add(ObjectKey("XBackend", key.namespace, owner))
     return out
 
 

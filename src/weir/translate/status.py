@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weir.api.meta import ObjectKey
+from weir.api.xbackend_v1alpha1 import SCHEMAS as XBACKEND_SCHEMAS
 
 # Condition types.
 ACCEPTED = "Accepted"
@@ -138,6 +139,32 @@ def _well_formed(entry: Any, ref: str) -> bool:
     return True
 
 
+#: An XBackend's status list and reference keys in each shape of its CRD (v1.6, upstream main).
+XBACKEND_STATUS_KEYS: dict[str, tuple[str, str]] = {
+    shape: (schema.status_list, schema.status_ref) for shape, schema in XBACKEND_SCHEMAS.items()
+}
+
+
+def reshape_xbackend_status(status: Mapping[str, Any], shape: str) -> dict[str, Any]:
+    """An XBackend ``status`` (as translation writes it, in the object's shape) in ``shape``'s keys.
+
+    For a provider whose installed CRD has the other shape than the object
+    as read (Kubernetes discovers it from the CRD's schema): a server with
+    main's CRD silently drops ``status.parents``, one with v1.6's drops
+    ``status.ancestors``. The result has only ``shape``'s list, never both.
+    """
+    to_list, to_ref = XBACKEND_STATUS_KEYS[shape]
+    out = {k: v for k, v in status.items() if k not in ("parents", "ancestors")}
+    entries: list[Any] = []
+    for from_list, from_ref in XBACKEND_STATUS_KEYS.values():
+        for entry in status.get(from_list) or ():
+            if isinstance(entry, dict) and from_ref in entry:
+                entry = {(to_ref if k == from_ref else k): v for k, v in entry.items()}
+            entries.append(entry)
+    out[to_list] = entries[:MAX_PARENTS]
+    return out
+
+
 #: Status parts already made (see :func:`parent_entry`), by content; emptied when it reaches
 #: :data:`_SHARED_MAX` entries, which bounds it and costs only some sharing.
 _SHARED: dict[tuple[Any, ...], Any] = {}
@@ -145,7 +172,12 @@ _SHARED_MAX = 1 << 15
 
 
 def parent_entry(
-    parent_ref: dict[str, Any], controller_name: str, conditions: list[Condition], *, unique: bool = False
+    parent_ref: dict[str, Any],
+    controller_name: str,
+    conditions: list[Condition],
+    *,
+    unique: bool = False,
+    ref_key: str = "parentRef",
 ) -> dict[str, Any]:
     """One ``status.parents`` (or ``ancestors``) entry; equal entries are one object.
 
@@ -156,10 +188,13 @@ def parent_entry(
     ``parent_ref`` holds strings and numbers only. ``unique``: the entry is
     known to be one of a kind (its conditions name the object), so only its
     ``parentRef`` is looked up; recording it would only fill the table.
+    ``ref_key`` names the reference: ``parentRef``, or ``ancestorRef`` in
+    an XBackend of upstream main's shape (only with ``unique``).
     """
     ref = _share(("ref", *parent_ref.items()), parent_ref)
     if unique:
-        return {"parentRef": ref, "controllerName": controller_name, "conditions": conditions}
+        return {ref_key: ref, "controllerName": controller_name, "conditions": conditions}
+    assert ref_key == "parentRef", "shared entries are parentRef entries"
     conds = _shared_list(conditions)
     key = ("entry", id(ref), controller_name, id(conds))
     found = _SHARED.get(key)

@@ -165,6 +165,8 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
             _check_tls(upstream.name, upstream.tls, secrets)
         if upstream.websocket and upstream.protocol is not ir.UpstreamProtocol.HTTP1:
             raise ValueError(f"upstream {upstream.name!r}: WebSocket upgrades need HTTP/1.1")
+        if upstream.grpc and upstream.protocol is not ir.UpstreamProtocol.HTTP2:
+            raise ValueError(f"upstream {upstream.name!r}: gRPC needs HTTP/2")
 
     out: dict[str, dict[str, Any]] = {type_url: {} for type_url in PUSH_ORDER}
     tunneled: list[ir.TcpListener | ir.TlsRelay] = []

@@ -159,6 +159,9 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     if any(upstream is not None and upstream.websocket for upstream in chosen):
         # A split with other upstreams too: they answer an upgrade request as they see fit.
         action.upgrade_configs.add(upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=True))
+    if any(upstream is not None and upstream.grpc for upstream in chosen):
+        # A call's grpc-timeout becomes its limit upstream (0: the header's value, uncapped).
+        action.max_stream_duration.grpc_timeout_header_max.CopyFrom(duration_ms(0))
     _forward_extras(route, forward, out, upstreams)
     if forward.session is not None:
         out.typed_per_filter_config[session.SESSION_FILTER].CopyFrom(
