@@ -35,7 +35,7 @@ from weir.translate.settings import Settings
 from weir.translate.tcproutes import tcp_backends, translate_tcp_routes
 from weir.translate.tlslisteners import tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
-from weir.translate.virtualhosts import claimed, owned_virtual_hosts
+from weir.translate.virtualhosts import Owners, claimed, owned_virtual_hosts
 
 __all__ = ["Pass", "Settings", "Surroundings", "Translation", "full_pass", "routed_listener", "translate"]
 
@@ -204,11 +204,11 @@ def _http_listener(socket: tuple[str, int], listeners: list[ListenerContext]) ->
     groups: dict[str | None, list[ListenerContext]] = {}
     for lc in listeners:  # listeners of different Gateways with one hostname share its Hosts
         groups.setdefault(lc.hostname, []).append(lc)
-    virtual_hosts = [
-        vhost for group in groups.values() for vhost in owned_virtual_hosts(name, group, listeners)
-    ]
+    owners = Owners(listeners)
+    virtual_hosts = [vhost for group in groups.values() for vhost in owned_virtual_hosts(name, group, owners)]
+    domains = {domain for vhost in virtual_hosts for domain in vhost.domains}
     for hostname in groups:
-        virtual_hosts += claimed(name, hostname, virtual_hosts)
+        virtual_hosts += claimed(name, hostname, domains)
     return ir.Listener(
         name=name,
         address=address,
