@@ -257,13 +257,15 @@ def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:
     this output is meant for people and files.
     """
     data = {
-        type_url: {
-            name: redact(json_format.MessageToDict(message, preserving_proto_field_name=False))
-            for name, message in by_name.items()
-        }
+        type_url: {name: resource_data(message) for name, message in by_name.items()}
         for type_url, by_name in resources.items()
     }
     return cast(dict[str, Any], _sort_keys(data))
+
+
+def resource_data(message: Message) -> Any:
+    """One resource of :func:`to_data`: its proto JSON mapping, keys sorted, secrets redacted."""
+    return _sort_keys(redact(json_format.MessageToDict(message, preserving_proto_field_name=False)))
 
 
 # --------------------------------------------------------------------------
