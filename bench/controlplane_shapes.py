@@ -52,6 +52,19 @@ spec: {controllerName: weir.dev/gateway-controller}
 """
 
 
+def gateway_yaml(name: str, listeners: Sequence[str]) -> str:
+    """A Gateway of class ``weir`` in ``default`` with ``listeners`` (flow-style mappings)."""
+    lines = "".join(f"  - {listener}\n" for listener in listeners)
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {name}, namespace: default}}
+spec:
+  gatewayClassName: weir
+  listeners:
+{lines}"""
+
+
 def backend_host(i: int, backend: int = 0) -> str:
     return f"x{i}.{ZONE}" if backend == 0 else f"x{i}-e{backend}.{ZONE}"
 
@@ -164,18 +177,8 @@ class PathShape(Shape):
     )
 
     def gateways_yaml(self, n: int, ports: Sequence[int], pki: Pki) -> str:
-        listeners = "\n".join(
-            f"  - {{name: l{k}, port: {port}, protocol: HTTP}}" for k, port in enumerate(ports)
-        )
-        return f"""{GATEWAY_CLASS}---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: bench, namespace: default}}
-spec:
-  gatewayClassName: weir
-  listeners:
-{listeners}
-"""
+        listeners = [f"{{name: l{k}, port: {port}, protocol: HTTP}}" for k, port in enumerate(ports)]
+        return f"{GATEWAY_CLASS}---\n{gateway_yaml('bench', listeners)}"
 
     def parent(self, i: int, n: int) -> str:
         return f"{{name: bench, sectionName: l{i % PATH_LISTENERS}}}"
@@ -196,15 +199,9 @@ class HostShape(Shape):
     )
 
     def gateways_yaml(self, n: int, ports: Sequence[int], pki: Pki) -> str:
+        listener = f"{{name: http, port: {ports[0]}, protocol: HTTP}}"
         return f"""{GATEWAY_CLASS}---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: bench, namespace: default}}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {{name: http, port: {ports[0]}, protocol: HTTP}}
----
+{gateway_yaml("bench", [listener])}---
 apiVersion: v1
 kind: ConfigMap
 metadata: {{name: {CA_CONFIGMAP}, namespace: default}}
@@ -246,15 +243,8 @@ class GatewaysShape(Shape):
     def gateways_yaml(self, n: int, ports: Sequence[int], pki: Pki) -> str:
         docs = [GATEWAY_CLASS]
         for k in range((n + GATEWAY_ROUTES - 1) // GATEWAY_ROUTES):
-            docs.append(f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: g{k}, namespace: default}}
-spec:
-  gatewayClassName: weir
-  listeners:
-  - {{name: http, port: {ports[0]}, protocol: HTTP, hostname: g{k}.example}}
-""")
+            listener = f"{{name: http, port: {ports[0]}, protocol: HTTP, hostname: g{k}.example}}"
+            docs.append(gateway_yaml(f"g{k}", [listener]))
         return "---\n".join(docs)
 
     def parent(self, i: int, n: int) -> str:
@@ -300,20 +290,12 @@ stringData:
         docs = [GATEWAY_CLASS]
         count = self.listeners(n)
         for g in range((count + TLS_LISTENERS_PER_GATEWAY - 1) // TLS_LISTENERS_PER_GATEWAY):
-            listeners = "\n".join(
-                f"  - {{name: l{j}, port: {ports[0]}, protocol: HTTPS, hostname: t{j}.example, "
+            listeners = [
+                f"{{name: l{j}, port: {ports[0]}, protocol: HTTPS, hostname: t{j}.example, "
                 f"tls: {{certificateRefs: [{{name: c{j}}}]}}}}"
                 for j in range(g * TLS_LISTENERS_PER_GATEWAY, min(count, (g + 1) * TLS_LISTENERS_PER_GATEWAY))
-            )
-            docs.append(f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: tls{g}, namespace: default}}
-spec:
-  gatewayClassName: weir
-  listeners:
-{listeners}
-""")
+            ]
+            docs.append(gateway_yaml(f"tls{g}", listeners))
         return "---\n".join(docs)
 
     def parent(self, i: int, n: int) -> str:
