@@ -975,6 +975,8 @@ def table(results: Sequence[Result]) -> str:
 def targets(results: Sequence[Result]) -> str:
     big = max(results, key=lambda r: r.n)
     p99 = percentile(big.edit_latencies(), 99)
+    if big.e2e.error:
+        return f"Not met at N = {big.n:,}: `weir run` did not serve every sampled route ({big.e2e.error})."
     lines = [
         f"| target at N = {big.n:,} | goal | measured | gap |",
         "|---|---:|---:|---:|",
