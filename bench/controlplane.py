@@ -2,13 +2,13 @@
 
 Usage::
 
-    python bench/controlplane.py --n 100 1000 10000 --edits 50   # the full run; writes docs
-    python bench/controlplane.py smoke                           # N=100, 5 edits, a few seconds
+    python bench/controlplane.py --shape path host gateways tls --n 100 1000 10000 --edits 50
+    python bench/controlplane.py smoke --shape host   # N=100, 5 edits, a few seconds
 
-For each N it generates a folder of manifests (one GatewayClass, one Gateway
-with :data:`LISTENERS` HTTP listeners, and one file per route holding an
-HTTPRoute and its XBackend; route ``i`` attaches to listener ``i % LISTENERS``
-and forwards ``/r<i>/v1`` to ``x<i>.bench.example``) and measures:
+For each shape (:mod:`controlplane_shapes`: ``path``, ``host``, ``gateways``,
+``tls``) and each N it generates a folder of manifests (a GatewayClass, the
+shape's Gateways, and one file per route holding an HTTPRoute and its
+XBackend, which forwards to ``x<i>.bench.example``) and measures:
 
 * **stages, in process** (a fresh Python process per N, so heaps do not mix):
   load + validate (``FilesProvider.load``), ``translate``, ``xds.build``, the
@@ -19,8 +19,9 @@ and forwards ``/r<i>/v1`` to ``x<i>.bench.example``) and measures:
 * **end to end, through ``weir run`` in a subprocess**: start → every sampled
   route answered through Envoy (:data:`SAMPLE` routes spread over all of them,
   the last one included), with the milestones weir logs on the way; then
-  ``--edits`` single-route edits (alternately a new path on the route, and a
-  new hostname on its XBackend, each written to the route's own file) → the new
+  ``--edits`` single-route edits (alternately a new path on the route, a new
+  hostname in the ``host`` shape, and a new hostname on its XBackend, each
+  written to the route's own file) → the new
   behaviour answered through Envoy, p50 / p99; RSS of weir and of Envoy (from
   ``/proc``) after start and after the edits.
 
@@ -38,8 +39,10 @@ at INFO); the benchmark runs the ``weir run`` command with that one logger at
 WARNING so that its own probes do not load the process it measures.
 
 Everything binds to 127.0.0.1 and every process started is stopped by its PID.
-Results go to ``docs/performance.md`` (section "Control plane") and
-``docs/img/controlplane.png`` unless ``--no-write`` (smoke never writes).
+Results go to ``docs/performance.md`` (section "Control plane", or "Control
+plane, SHAPE shape"), ``docs/img/controlplane[-SHAPE].png`` and
+``bench/results/controlplane[-SHAPE].json`` unless ``--no-write`` (smoke never
+writes).
 """
 
 from __future__ import annotations
@@ -70,64 +73,42 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-LISTENERS = 4
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from controlplane_shapes import (  # noqa: E402  (a sibling module, found through the line above)
+    SHAPES,
+    ZONE,
+    Pki,
+    Probe,
+    Prober,
+    Shape,
+    make_pki,
+    route_file,
+)
+
 #: Routes probed at start (spread evenly; the first and the last are always in).
 SAMPLE = 32
-ZONE = "bench.example"
 DENIED = "127.0.0.66/32"
 MIB = 1024 * 1024
 SECTION = "## Control plane"
 
 
+def section(shape: Shape) -> str:
+    """The heading of ``shape``'s section of docs/performance.md (``path``'s is the original one)."""
+    return SECTION if shape.name == "path" else f"{SECTION}, {shape.name} shape"
+
+
+def results_json(shape: Shape) -> Path:
+    suffix = "" if shape.name == "path" else f"-{shape.name}"
+    return REPO / "bench" / "results" / f"controlplane{suffix}.json"
+
+
+def plot_png(shape: Shape) -> Path:
+    suffix = "" if shape.name == "path" else f"-{shape.name}"
+    return REPO / "docs" / "img" / f"controlplane{suffix}.png"
+
+
 # ----------------------------------------------------------------------------- manifests
-
-
-def gateway_yaml(ports: Sequence[int]) -> str:
-    listeners = "\n".join(f"  - {{name: l{k}, port: {port}, protocol: HTTP}}" for k, port in enumerate(ports))
-    return f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: weir}}
-spec: {{controllerName: weir.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: bench, namespace: default}}
-spec:
-  gatewayClassName: weir
-  listeners:
-{listeners}
-"""
-
-
-def route_yaml(i: int, upstream_port: int, version: int = 1, backend: int = 0) -> str:
-    """Route ``i`` serving ``/r<i>/v<version>`` from ``x<i>[-e<backend>].bench.example``."""
-    return f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: r{i}, namespace: default}}
-spec:
-  parentRefs: [{{name: bench, sectionName: l{i % LISTENERS}}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /r{i}/v{version}}}}}]
-    backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: x{i}}}]
----
-apiVersion: gateway.networking.x-k8s.io/v1alpha1
-kind: XBackend
-metadata: {{name: x{i}, namespace: default}}
-spec:
-  type: ExternalHostname
-  externalHostname: {{hostname: {backend_host(i, backend)}}}
-  port: {{port: {upstream_port}}}
-"""
-
-
-def backend_host(i: int, backend: int = 0) -> str:
-    return f"x{i}.{ZONE}" if backend == 0 else f"x{i}-e{backend}.{ZONE}"
-
-
-def route_file(folder: Path, i: int) -> Path:
-    return folder / "routes" / f"r{i:05d}.yaml"
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -135,13 +116,6 @@ def write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name("." + path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def generate(folder: Path, n: int, listener_ports: Sequence[int], upstream_port: int) -> None:
-    (folder / "routes").mkdir(parents=True, exist_ok=True)
-    (folder / "gateway.yaml").write_text(gateway_yaml(listener_ports))
-    for i in range(n):
-        route_file(folder, i).write_text(route_yaml(i, upstream_port))
 
 
 def sample_routes(n: int, count: int = SAMPLE) -> list[int]:
@@ -218,9 +192,11 @@ def serve_dns(log_path: str | None = None) -> None:
             sock.sendto(reply, peer)
 
 
-def serve_recording_upstream() -> None:
-    """``_upstream``: weir.testkit.RecordingUpstream answering ``<Host> <path>``; print the port first."""
+def serve_recording_upstream(cert: str | None = None, key: str | None = None) -> None:
+    """``_upstream [CERT KEY]``: weir.testkit.RecordingUpstream answering ``<Host> <path>`` (over TLS
+    with ``CERT`` and ``KEY``); print the port first."""
     import asyncio
+    import ssl
 
     from weir.testkit import RecordingUpstream, SeenRequest, UpstreamResponse
 
@@ -231,7 +207,11 @@ def serve_recording_upstream() -> None:
             upstream.clear()  # nothing to keep; memory stays flat
             return UpstreamResponse(body=f"{seen.host} {seen.path}\n")
 
-        upstream = RecordingUpstream("bench", handler=answer, http2=False)
+        context = None
+        if cert and key:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+        upstream = RecordingUpstream("bench", handler=answer, http2=False, ssl_context=context)
         await upstream.start()
         print(upstream.port, flush=True)
         stop = asyncio.Event()
@@ -300,10 +280,14 @@ def _read_port(proc: subprocess.Popen[bytes], what: str) -> int:
     return int(line)
 
 
-def start_upstream(procs: Processes, workdir: Path, port: int) -> tuple[str, int]:
-    """nginx if installed (on ``port``), else RecordingUpstream (on a port it picks)."""
-    nginx = shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+def start_upstream(procs: Processes, workdir: Path, port: int, tls: Pki | None = None) -> tuple[str, int]:
+    """nginx if installed (on ``port``), else RecordingUpstream (on a port it picks); with ``tls``, a
+    RecordingUpstream presenting ``tls``'s certificate for every name of the zone."""
+    nginx = (
+        None
+        if tls
+        else shutil.which("nginx")
+        or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
     )
     if nginx:
         conf_dir = workdir / "nginx"
@@ -321,13 +305,12 @@ def start_upstream(procs: Processes, workdir: Path, port: int) -> tuple[str, int
         if wait_http(port, "/", timeout=10):
             return "nginx", port
         procs.stop(proc)
-    proc = procs.add(
-        "upstream",
-        subprocess.Popen(
-            [sys.executable, __file__, "_upstream"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
-        ),
-    )
-    return "RecordingUpstream", _read_port(proc, "RecordingUpstream")
+    cmd = [sys.executable, __file__, "_upstream"]
+    if tls:
+        cmd += [str(tls.upstream_cert), str(tls.upstream_key)]
+    proc = procs.add("upstream", subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE))
+    name = "RecordingUpstream over TLS" if tls else "RecordingUpstream"
+    return name, _read_port(proc, "RecordingUpstream")
 
 
 def start_dns(procs: Processes, log: Path | None = None) -> int:
@@ -353,40 +336,11 @@ def free_ports(count: int) -> list[int]:
 # ----------------------------------------------------------------------------- HTTP probes
 
 
-class Prober:
-    """Keep-alive HTTP/1.1 GETs to 127.0.0.1, one connection per port."""
-
-    def __init__(self) -> None:
-        self._conns: dict[int, http.client.HTTPConnection] = {}
-
-    def get(self, port: int, path: str, timeout: float = 2.0) -> tuple[int, str]:
-        """(status, body); status 0 when nothing answered."""
-        conn = self._conns.get(port)
-        if conn is None:
-            conn = self._conns[port] = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        try:
-            conn.request("GET", path, headers={"Host": "gw.bench"})
-            response = conn.getresponse()
-            body = response.read().decode("utf-8", "replace")
-            if response.getheader("connection", "").lower() == "close":
-                self.close(port)
-            return response.status, body
-        except (OSError, http.client.HTTPException):
-            self.close(port)
-            return 0, ""
-
-    def close(self, port: int | None = None) -> None:
-        for p in [port] if port is not None else list(self._conns):
-            conn = self._conns.pop(p, None)
-            if conn is not None:
-                conn.close()
-
-
 def wait_http(port: int, path: str, timeout: float) -> bool:
     prober, deadline = Prober(), time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            if prober.get(port, path)[0]:
+            if prober.get(Probe(port, path, "localhost", None, ""))[0]:
                 return True
             time.sleep(0.02)
         return False
@@ -481,7 +435,7 @@ def delta_responses(snapshot: Any, changes: dict[str, tuple[list[str], list[str]
     return size
 
 
-def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
+def measure_stages(folder: Path, edits: int, shape: Shape, upstream_port: int) -> dict[str, Any]:
     """``_stages``: time each stage of the forward path in this process (see the module doc)."""
     import resource
 
@@ -544,7 +498,6 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
 
     # One edit at a time, recomputed as the controller does it.
     n = sum(1 for _ in (folder / "routes").iterdir())
-    upstream_port = int(re.search(r"port: \{port: (\d+)\}", route_file(folder, 0).read_text())[1])  # type: ignore[index]
     steps: dict[str, list[float]] = {
         k: [] for k in ("reload", "translate", "build", "hash", "compare", "serialise", "total")
     }
@@ -557,8 +510,8 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
             path = route_file(folder, i)
             original = path.read_text()
             kind_path = k % 2 == 0
-            text = route_yaml(
-                i, upstream_port, version=2 if kind_path else 1, backend=0 if kind_path else k + 1
+            text = shape.route_yaml(
+                i, n, upstream_port, version=2 if kind_path else 1, backend=0 if kind_path else k + 1
             )
             write_atomically(path, text)
             with gc_paused():
@@ -596,8 +549,11 @@ def measure_stages(folder: Path, edits: int) -> dict[str, Any]:
     return out
 
 
-def run_stages(folder: Path, edits: int, profile: Path | None) -> dict[str, Any]:
+def run_stages(
+    folder: Path, edits: int, shape: Shape, upstream_port: int, profile: Path | None
+) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "_stages", str(folder), "--edits", str(edits)]
+    cmd += ["--shape", shape.name, "--upstream-port", str(upstream_port)]
     if profile is not None:
         cmd += ["--profile", str(profile)]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1800)
@@ -670,6 +626,7 @@ class LogWatch:
 class Config:
     """How one run measures (from the command line)."""
 
+    shape: str = "path"
     edits: int = 50
     stage_edits: int = 5
     #: Keep manifests, weir's log and the DNS query log in the work folder.
@@ -701,11 +658,6 @@ class EndToEnd:
     attempts: int = 1
 
 
-def probe_expect(prober: Prober, port: int, path: str, host: str) -> bool:
-    status, body = prober.get(port, path)
-    return status == 200 and body.startswith(host + " ")
-
-
 def weir_command(
     folder: Path, dns_port: int, admin_port: int, config: Config, profile: Path | None
 ) -> list[str]:
@@ -733,6 +685,8 @@ def weir_command(
 def run_end_to_end(
     folder: Path,
     n: int,
+    shape: Shape,
+    pki: Pki,
     listener_ports: Sequence[int],
     upstream_port: int,
     dns_port: int,
@@ -743,7 +697,7 @@ def run_end_to_end(
     admin_port = free_ports(1)[0]
     cmd = weir_command(folder, dns_port, admin_port, config, profile)
     env = {**os.environ, "COLUMNS": "400", "PYTHONUNBUFFERED": "1"}
-    prober = Prober()
+    prober = Prober(pki.ca_pem)
     hz = os.sysconf("SC_CLK_TCK")
     t0 = time.perf_counter()
     proc = subprocess.Popen(
@@ -754,7 +708,7 @@ def run_end_to_end(
     envoy_pid: int | None = None
     try:
         sample = sample_routes(n)
-        pending = {i: (listener_ports[i % LISTENERS], f"/r{i}/v1/probe", backend_host(i)) for i in sample}
+        pending = {i: shape.probe(i, n, listener_ports) for i in sample}
         deadline = t0 + max(120.0, n * 0.05)
         while pending:
             if proc.poll() is not None:
@@ -766,9 +720,9 @@ def run_end_to_end(
             if time.perf_counter() > deadline:
                 result.error = f"routes not served after {deadline - t0:.0f} s: {sorted(pending)[:10]}"
                 return result
-            for i, (port, path, host) in list(pending.items()):
-                status, body = prober.get(port, path)
-                if status != 200 or not body.startswith(host + " "):
+            for i, probe in list(pending.items()):
+                status, body = prober.get(probe)
+                if status != 200 or not body.startswith(probe.expect + " "):
                     result.start_last_miss = f"{status} {body.strip()[:60]!r}"
                     break  # not served yet: look again shortly
                 if math.isnan(result.first_route_s):
@@ -802,16 +756,15 @@ def run_end_to_end(
                 versions[i] += 1
             else:
                 backends[i] = k + 1
-            port = listener_ports[i % LISTENERS]
-            path, host = f"/r{i}/v{versions[i]}/probe", backend_host(i, backends[i])
-            text = route_yaml(i, upstream_port, version=versions[i], backend=backends[i])
+            probe = shape.probe(i, n, listener_ports, versions[i], backends[i])
+            text = shape.route_yaml(i, n, upstream_port, version=versions[i], backend=backends[i])
             cpu_before = cpu_ticks([proc.pid])
             started = time.perf_counter()
             write_atomically(route_file(folder, i), text)
             answered = math.nan
             limit = started + max(30.0, n * 0.02)
             while time.perf_counter() < limit:
-                if probe_expect(prober, port, path, host):
+                if prober.answers(probe):
                     answered = time.perf_counter()
                     break
                 time.sleep(0.002 if time.perf_counter() - started < 0.2 else 0.01)
@@ -883,22 +836,28 @@ class Result:
 
 def run_one(n: int, config: Config, workdir: Path, profile: bool) -> Result:
     procs = Processes()
+    shape = SHAPES[config.shape]
     folder = workdir / f"n{n}"
+    pki = make_pki(workdir / f"pki-{n}")
     try:
-        upstream_name, upstream_port = start_upstream(procs, workdir, free_ports(1)[0])
+        upstream_name, upstream_port = start_upstream(
+            procs, workdir, free_ports(1)[0], pki if shape.tls_upstream else None
+        )
         dns_port = start_dns(procs, workdir / f"dns-{n}.log" if config.keep else None)
-        listener_ports = free_ports(LISTENERS)
-        generate(folder, n, listener_ports, upstream_port)
+        listener_ports = free_ports(shape.ports)
+        shape.generate(folder, n, listener_ports, upstream_port, pki)
         stage_profile = weir_profile = None
         if profile and config.profile is not None:
             config.profile.mkdir(parents=True, exist_ok=True)
-            stage_profile = config.profile / f"stages-{n}.prof"
-            weir_profile = config.profile / f"weir-run-{n}.prof"
+            stage_profile = config.profile / f"stages-{shape.name}-{n}.prof"
+            weir_profile = config.profile / f"weir-run-{shape.name}-{n}.prof"
         print(f"N={n}: stages in process...", file=sys.stderr, flush=True)
-        stages = run_stages(folder, config.stage_edits, stage_profile)
+        stages = run_stages(folder, config.stage_edits, shape, upstream_port, stage_profile)
         print(f"N={n}: weir run, {config.edits} edits...", file=sys.stderr, flush=True)
         for attempt in range(1, 3):
-            e2e = run_end_to_end(folder, n, listener_ports, upstream_port, dns_port, config, weir_profile)
+            e2e = run_end_to_end(
+                folder, n, shape, pki, listener_ports, upstream_port, dns_port, config, weir_profile
+            )
             e2e.upstream, e2e.attempts = upstream_name, attempt
             if not e2e.error:
                 break
@@ -907,6 +866,7 @@ def run_one(n: int, config: Config, workdir: Path, profile: bool) -> Result:
     finally:
         procs.stop_all()
         shutil.rmtree(workdir / "nginx", ignore_errors=True)
+        shutil.rmtree(workdir / f"pki-{n}", ignore_errors=True)
         if not config.keep:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -1015,6 +975,8 @@ def table(results: Sequence[Result]) -> str:
 def targets(results: Sequence[Result]) -> str:
     big = max(results, key=lambda r: r.n)
     p99 = percentile(big.edit_latencies(), 99)
+    if big.e2e.error:
+        return f"Not met at N = {big.n:,}: `weir run` did not serve every sampled route ({big.e2e.error})."
     lines = [
         f"| target at N = {big.n:,} | goal | measured | gap |",
         "|---|---:|---:|---:|",
@@ -1066,18 +1028,19 @@ def run_info(edits: int, load: tuple[float, float]) -> dict[str, Any]:
 
 def report(results: Sequence[Result], info: dict[str, Any]) -> str:
     r0 = results[0]
+    shape = SHAPES[info.get("shape", "path")]
     load = info.get("load_average") or [math.nan, math.nan]
+    saved = results_json(shape).relative_to(REPO)
+    moved = "hostname" if shape.name == "host" else "path"
+    extra = (before_after(results) + envoy_load()) if shape.name == "path" else ""
     return f"""\
-Measured by `python bench/controlplane.py --n {" ".join(str(r.n) for r in results)} --edits {info["edits"]}`
-({info["date"]}, {info["cores"]} cores, Python {info["python"]}, upstream:
+Measured by `python bench/controlplane.py --shape {shape.name} --n {" ".join(str(r.n) for r in results)} \
+--edits {info["edits"]}` ({info["date"]}, {info["cores"]} cores, Python {info["python"]}, upstream:
 {r0.e2e.upstream}; load average {load[0]:.1f} before the run, {load[1]:.1f} after: other work
 shared the machine, so single timings can be off by a factor of two; the JSON of the run is
-`bench/results/controlplane.json`, and `python bench/controlplane.py report
-bench/results/controlplane.json` renders this section and the plot again). Workload: one
-Gateway with {LISTENERS} HTTP listeners; N HTTPRoutes, each in its own file with its own XBackend
-(plaintext, an external hostname resolved by a DNS responder on loopback, the egress guard on
-every cluster); route `i` attaches to listener `i % {LISTENERS}`.
-Edits alternate a new path on the route and a new hostname on its XBackend, each written to the
+`{saved}`, and `python bench/controlplane.py report {saved}` renders this section and the plot
+again). Workload: {shape.describe}.
+Edits alternate a new {moved} on the route and a new hostname on its XBackend, each written to the
 route's file; latency runs from the file's rename to the first answer from the new behaviour
 through Envoy (polled every 2 ms, then 10 ms after 200 ms). "growth k" is the exponent of
 cost ∝ N^k between the two largest N: 1.0 is linear.
@@ -1097,7 +1060,7 @@ One edit recomputed in process the way the controller does it (incremental trans
 
 {in_process_edit(results)}
 
-{before_after(results)}{envoy_load()}{failures(results)}![time and memory vs N](img/controlplane.png)
+{extra}{failures(results)}![time and memory vs N]({plot_png(shape).relative_to(REPO / "docs")})
 """
 
 
@@ -1233,10 +1196,10 @@ def plot(results: Sequence[Result], path: Path) -> None:
     plt.close(fig)
 
 
-def write_docs(results: Sequence[Result], body: str) -> None:
-    write_section(REPO / "docs" / "performance.md", body)
-    plot(results, REPO / "docs" / "img" / "controlplane.png")
-    print("wrote docs/performance.md (Control plane) and docs/img/controlplane.png", file=sys.stderr)
+def write_docs(results: Sequence[Result], body: str, shape: Shape) -> None:
+    write_section(REPO / "docs" / "performance.md", body, section(shape))
+    plot(results, plot_png(shape))
+    print(f"wrote docs/performance.md ({section(shape)[3:]}) and {plot_png(shape)}", file=sys.stderr)
 
 
 def render(path: Path, *, write: bool) -> int:
@@ -1252,23 +1215,23 @@ def render(path: Path, *, write: bool) -> int:
     body = report(results, raw)
     print(body)
     if write:
-        write_docs(results, body)
+        write_docs(results, body, SHAPES[raw.get("shape", "path")])
     return 0
 
 
-def write_section(doc: Path, body: str) -> None:
-    """Replace the "Control plane" section of ``doc`` (create the file if needed), nothing else."""
+def write_section(doc: Path, body: str, heading: str = SECTION) -> None:
+    """Replace the section ``heading`` of ``doc`` (create the file if needed), nothing else."""
     if doc.exists():
         text = doc.read_text()
     else:
         text = "# Performance\n\n## Data path\n\nSee `bench/dataplane.py`.\n\n"
-    section = f"{SECTION}\n\n{body.rstrip()}\n"
-    start = text.find(SECTION + "\n")
+    section = f"{heading}\n\n{body.rstrip()}\n"
+    start = text.find(heading + "\n")
     if start < 0:
         text = text.rstrip() + "\n\n" + section
     else:
-        following = re.search(r"^## ", text[start + len(SECTION) :], flags=re.MULTILINE)
-        end = start + len(SECTION) + following.start() if following else len(text)
+        following = re.search(r"^## ", text[start + len(heading) :], flags=re.MULTILINE)
+        end = start + len(heading) + following.start() if following else len(text)
         text = text[:start] + section + ("\n" + text[end:] if following else "")
     doc.write_text(text)
 
@@ -1282,28 +1245,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve_dns(args[1] if len(args) > 1 else None)
         return 0
     if args[:1] == ["_upstream"]:
-        serve_recording_upstream()
+        serve_recording_upstream(*args[1:3])
         return 0
     if args[:1] == ["_stages"]:
         sub = argparse.ArgumentParser()
         sub.add_argument("folder", type=Path)
         sub.add_argument("--edits", type=int, default=5)
         sub.add_argument("--profile", type=Path)
+        sub.add_argument("--shape", choices=SHAPES, default="path")
+        sub.add_argument("--upstream-port", type=int, required=True)
         opts = sub.parse_args(args[1:])
+        stage_args = (opts.folder, opts.edits, SHAPES[opts.shape], opts.upstream_port)
         if opts.profile is not None:
             import cProfile
 
             profiler = cProfile.Profile()
-            data = profiler.runcall(measure_stages, opts.folder, opts.edits)
+            data = profiler.runcall(measure_stages, *stage_args)
             profiler.dump_stats(opts.profile)
         else:
-            data = measure_stages(opts.folder, opts.edits)
+            data = measure_stages(*stage_args)
         print(json.dumps(data))
         return 0
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", nargs="?", choices=("run", "smoke", "report"), default="run")
     parser.add_argument("results", nargs="?", type=Path, help="report: the JSON a run wrote")
+    parser.add_argument(
+        "--shape",
+        nargs="+",
+        choices=SHAPES,
+        default=["path"],
+        help="workload shapes, each measured and reported on its own (see bench/controlplane_shapes.py)",
+    )
     parser.add_argument("--n", type=int, nargs="+", default=[100, 1000, 10000], help="route counts")
     parser.add_argument("--edits", type=int, default=50, help="single-route edits through weir run")
     parser.add_argument("--stage-edits", type=int, default=5, help="edits recomputed in process")
@@ -1330,40 +1303,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts.n, opts.edits, opts.stage_edits, opts.no_write = [100], 5, 2, True
     if opts.profile is not None:
         opts.no_write = True  # profiled numbers are not the ones to record
-    config = Config(
-        edits=opts.edits,
-        stage_edits=opts.stage_edits,
-        keep=opts.keep,
-        envoy_log_level=opts.envoy_log_level,
-        profile=opts.profile,
-    )
+    failed = 0
+    for shape in opts.shape:
+        config = Config(
+            shape=shape,
+            edits=opts.edits,
+            stage_edits=opts.stage_edits,
+            keep=opts.keep,
+            envoy_log_level=opts.envoy_log_level,
+            profile=opts.profile,
+        )
+        failed += run_shape(config, sorted(opts.n), write=not opts.no_write, json_path=opts.json)
+    if failed:
+        print(f"{failed} edit(s) were not served in time", file=sys.stderr)
+    return 1 if failed else 0
 
-    workdir = Path(tempfile.mkdtemp(prefix="weir-bench-cp-"))
+
+def run_shape(config: Config, ns: Sequence[int], *, write: bool, json_path: Path | None) -> int:
+    """Measure one shape at each N, print (and with ``write`` record) its report; failed edits."""
+    shape = SHAPES[config.shape]
+    workdir = Path(tempfile.mkdtemp(prefix=f"weir-bench-cp-{shape.name}-"))
     results: list[Result] = []
     load_before = os.getloadavg()[0]
     try:
-        for n in sorted(opts.n):
-            results.append(run_one(n, config, workdir, profile=n == max(opts.n)))
+        for n in ns:
+            print(f"shape {shape.name}:", file=sys.stderr, end=" ", flush=True)
+            results.append(run_one(n, config, workdir, profile=n == max(ns)))
     finally:
-        if opts.keep:
+        if config.keep:
             print(f"kept {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after", file=sys.stderr)
-    info = run_info(opts.edits, (load_before, os.getloadavg()[0]))
+    info = {**run_info(config.edits, (load_before, os.getloadavg()[0])), "shape": shape.name}
     body = report(results, info)
     print(body)
-    if opts.json is None and not opts.no_write:
-        opts.json = REPO / "bench" / "results" / "controlplane.json"
-    if opts.json is not None:
+    if json_path is None and write:
+        json_path = results_json(shape)
+    elif json_path is not None and shape.name != "path":
+        json_path = json_path.with_name(f"{json_path.stem}-{shape.name}{json_path.suffix}")
+    if json_path is not None:
         raw = {**info, "results": [{**asdict(r.e2e), "n": r.n, "stages": r.stages} for r in results]}
-        opts.json.write_text(json.dumps(raw, indent=1))
-    if not opts.no_write:
-        write_docs(results, body)
-    failed = sum(r.e2e.failed_edits for r in results)
-    if failed:
-        print(f"{failed} edit(s) were not served in time", file=sys.stderr)
-    return 1 if failed else 0
+        json_path.write_text(json.dumps(raw, indent=1))
+    if write:
+        write_docs(results, body, shape)
+    return sum(r.e2e.failed_edits for r in results)
 
 
 if __name__ == "__main__":

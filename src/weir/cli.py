@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import json
 import subprocess
@@ -22,6 +23,7 @@ from weir import DEFAULT_CONTROLLER_NAME, __version__, ir
 from weir.api.meta import DNS1123_LABEL, Hostname, PreciseHostname
 from weir.loader import LoadReport, load_paths
 from weir.resources import Resources
+from weir.streamdump import LazyList, LazyMap, write_json, write_yaml
 from weir.translate import Settings, translate
 from weir.translate.settings import DEFAULT_SYSTEM_TRUST_FILE
 
@@ -481,6 +483,7 @@ def translate_cmd(
 ) -> None:
     """Print every resource with the status weir computes, the IR and the Envoy resources. Starts nothing."""
     from weir.xds import build
+    from weir.xds.cache import BuildCache
 
     if output not in ("yaml", "json"):
         raise typer.BadParameter("--output must be yaml or json")
@@ -497,32 +500,50 @@ def translate_cmd(
     )
     try:
         result = translate(resources, settings)
-        envoy = build.to_data(build.build(result.ir))
+        # Written as it is made (weir.streamdump): at 10,000 routes the whole document at once
+        # took gigabytes. Each Envoy resource is built (serialised, by the build cache) and turned
+        # into data one at a time.
+        built = BuildCache().build(result.ir)
     except Exception as exc:  # a bug: validated input must translate; say so rather than a traceback
         err.print(
             "[red]error[/red]: translation failed (a bug in weir, please report it): "
             f"{type(exc).__name__}: {escape(str(exc))}"
         )
         raise typer.Exit(2) from None
-    data = {
-        "resources": [
-            {
-                "apiVersion": obj.api_version,
-                "kind": obj.kind,
-                "metadata": {
-                    "name": obj.name,
-                    **({"namespace": obj.namespace} if obj.namespace else {}),
-                },
-                "status": result.statuses[key],
-            }
-            for key, obj in sorted(resources.objects.items())
-            if key in result.statuses
-        ],
-        "problems": [p.to_data() for p in report.problems],
-        "ir": ir.to_data(result.ir),
-        "envoy": envoy,
-    }
-    _dump(data, output)
+    statuses = (
+        {
+            "apiVersion": obj.api_version,
+            "kind": obj.kind,
+            "metadata": {"name": obj.name, **({"namespace": obj.namespace} if obj.namespace else {})},
+            "status": result.statuses[key],
+        }
+        for key, obj in sorted(resources.objects.items())
+        if key in result.statuses
+    )
+    data = LazyMap(
+        [
+            ("resources", LazyList(statuses)),
+            ("problems", [p.to_data() for p in report.problems]),
+            ("ir", _lazy_ir(result.ir)),
+            (
+                "envoy",
+                LazyMap(
+                    (
+                        type_url,
+                        LazyMap(
+                            (name, build.resource_data(by_name[name].message())) for name in sorted(by_name)
+                        ),
+                    )
+                    for type_url, by_name in sorted(built.items())
+                ),
+            ),
+        ]
+    )
+    out = sys.stdout
+    if output == "json":
+        write_json(data, out.write)
+    else:
+        write_yaml(data, out.write, yaml_text)
     if report.errors:
         raise typer.Exit(1)
 
@@ -612,6 +633,18 @@ def demo(
     _setup_logging("warning")
     code = asyncio.run(run_demo(out, keep_running=keep_running))
     raise typer.Exit(code)
+
+
+def _lazy_ir(value: ir.IR) -> LazyMap:
+    """:func:`weir.ir.to_data` of an IR, its collections made one element at a time."""
+    return LazyMap(
+        (
+            ir.camel(field.name),
+            LazyList(map(ir.to_data, items)) if isinstance(items, tuple) else ir.to_data(items),
+        )
+        for field in dataclasses.fields(value)
+        for items in (getattr(value, field.name),)
+    )
 
 
 def _dump(data: Any, output: str) -> None:

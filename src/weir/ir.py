@@ -781,7 +781,7 @@ def to_data(value: Any) -> Any:
         ):
             out["type"] = type(value).__name__
         for field in dataclasses.fields(value):
-            out[_camel(field.name)] = to_data(getattr(value, field.name))
+            out[camel(field.name)] = to_data(getattr(value, field.name))
         return out
     if isinstance(value, enum.Enum):
         return value.value
@@ -790,6 +790,6 @@ def to_data(value: Any) -> Any:
     return value
 
 
-def _camel(name: str) -> str:
+def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)

@@ -187,3 +187,51 @@ def test_an_unchanged_type_is_the_same_mapping_and_keeps_its_version() -> None:
     assert snapshot_version(copied) == snapshot_version(second)
     routes[1] = _route(1)
     assert snapshot_version(cache.build(_ir(routes, upstreams))) == version
+
+
+def _host_ir(routes: dict[int, ir.Route], upstreams: dict[int, ir.Upstream]) -> ir.IR:
+    """One listener, a virtual host per route (``r<i>.example``): the benchmark's host shape."""
+    vhosts = tuple(
+        ir.VirtualHost(f"127.0.0.1:8000/r{i}.example", (f"r{i}.example",), (route,))
+        for i, route in sorted(routes.items())
+    )
+    return ir.IR(
+        listeners=(ir.Listener("127.0.0.1:8000", "127.0.0.1", 8000, vhosts),),
+        upstreams=tuple(u for _, u in sorted(upstreams.items())),
+    )
+
+
+def test_one_virtual_host_of_many_edited_is_the_only_one_made_again() -> None:
+    routes = {i: _route(i) for i in range(50)}
+    upstreams = {i: _upstream(i) for i in range(50)}
+    cache = BuildCache()
+    cache.build(_host_ir(routes, upstreams))
+    start = _misses(cache)
+    routes[7] = _route(7, "/elsewhere")
+    upstreams[9] = _upstream(9, "elsewhere.example.com")
+    after = cache.build(_host_ir(routes, upstreams))
+    misses = _misses(cache)
+    # Route 7 (its path) and route 9 (its upstream's Host rewrite); one cluster; one listener.
+    assert misses["routes"] - start["routes"] == 2
+    assert misses["clusters"] - start["clusters"] == 1
+    assert _values(after) == _serialised(xds_build.build(_host_ir(routes, upstreams)))
+    # A virtual host gone and one new (a route's hostname renamed).
+    del routes[3]
+    routes[77] = _route(3)
+    again = cache.build(_host_ir(routes, upstreams))
+    assert _values(again) == _serialised(xds_build.build(_host_ir(routes, upstreams)))
+
+
+def test_parts_made_in_a_failed_build_are_not_reused() -> None:
+    """A build that fails after making parts from an upstream's new value: the next build, with the
+    old value again, must not take those parts for the old value's."""
+    routes = {i: _route(i) for i in range(4)}
+    upstreams = {i: _upstream(i) for i in range(4)}
+    cache = BuildCache()
+    cache.build(_host_ir(routes, upstreams))
+    changed = {**upstreams, 1: _upstream(1, "elsewhere.example.com")}
+    broken = _host_ir({**routes, 9: _route(9)}, changed)  # route 9's upstream does not exist
+    with pytest.raises(ValueError, match="unknown upstream"):
+        cache.build(broken)
+    for source in (_host_ir(routes, upstreams), _host_ir(routes, changed), _host_ir(routes, upstreams)):
+        assert _values(cache.build(source)) == _serialised(xds_build.build(source))

@@ -11,7 +11,7 @@ depends on Envoy (see :mod:`weir.translate.status`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,15 +30,24 @@ from weir.translate.gateways import (
     gateway_status,
     listener_set_status,
 )
-from weir.translate.grpcroutes import kind_conflicts, translate_grpc_routes
+from weir.translate.grpcroutes import KindConflicts, kind_conflicts, translate_grpc_routes
 from weir.translate.routes import RouteTable, RouteUnit, place_unit, translate_http_routes
 from weir.translate.settings import Settings
 from weir.translate.tcproutes import tcp_backends, translate_tcp_routes, translate_udp_routes
-from weir.translate.tlslisteners import tls_listener
+from weir.translate.tlslisteners import https_server, tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
-from weir.translate.virtualhosts import claimed, owned_virtual_hosts
+from weir.translate.virtualhosts import Owners, claimed, owned_virtual_hosts, patched_virtual_hosts
 
-__all__ = ["Pass", "Settings", "Surroundings", "Translation", "full_pass", "routed_listener", "translate"]
+__all__ = [
+    "Pass",
+    "Settings",
+    "Surroundings",
+    "Translation",
+    "full_pass",
+    "patched_listener",
+    "routed_listener",
+    "translate",
+]
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,9 @@ class Surroundings:
     serves HTTP, or TLS (HTTPS among them; see :func:`routed_listener`).
     ``egress``: the policy inputs (Gateway → class, class → policy, the
     policy of unused XBackends). ``refused``: upstreams the egress policy
-    refused, and the secrets only they used.
+    refused, and the secrets only they used. ``conflicts``: where HTTPRoutes
+    and GRPCRoutes met (an edited HTTPRoute that meets a GRPCRoute needs a
+    full pass).
     """
 
     gateways: list[GatewayContext]
@@ -84,6 +95,7 @@ class Surroundings:
     egress: tuple[dict[ObjectKey, str], dict[str, egress.ClassPolicy], egress.ClassPolicy]
     refused: frozenset[str]
     refused_secrets: frozenset[str]
+    conflicts: KindConflicts = field(default_factory=KindConflicts)
 
 
 @dataclass(frozen=True)
@@ -182,7 +194,9 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
         statuses=dict(sorted(statuses.items())),
         gateway_sockets=gateway_sockets,
     )
-    surroundings = Surroundings(gateways, other, http_sockets, tls_sockets, policy, refused, refused_secrets)
+    surroundings = Surroundings(
+        gateways, other, http_sockets, tls_sockets, policy, refused, refused_secrets, conflicts
+    )
     return Pass(translation, units, surroundings)
 
 
@@ -212,19 +226,47 @@ def routed_listener(
     return tls_listener(_listener_name(*socket), *socket, tls_sockets[socket])
 
 
+def patched_listener(
+    socket: tuple[str, int],
+    before: ir.AnyListener,
+    http_sockets: Mapping[tuple[str, int], list[ListenerContext]],
+    tls_sockets: Mapping[tuple[str, int], list[ListenerContext]],
+    touched: Iterable[tuple[ListenerContext, set[str]]],
+    owners: Callable[[tuple[str, int], list[ListenerContext]], Owners],
+) -> ir.Listener | ir.TlsListener:
+    """:func:`routed_listener` after routes moved in or out of the ``touched`` listener contexts (for
+    the domains given), ``before`` being what it was: only the virtual hosts of those domains (HTTP),
+    or the HTTPS servers of those listeners (TLS), are made again when that is all that can change.
+    ``owners`` gives the socket's :class:`Owners` (kept by the caller: the listeners do not change)."""
+    if socket in http_sockets and isinstance(before, ir.Listener):
+        listeners = http_sockets[socket]
+        domains = {domain for lc, names in touched if socket in lc.sockets for domain in names}
+        vhosts = patched_virtual_hosts(before.name, before.virtual_hosts, owners(socket, listeners), domains)
+        if vhosts is not None:
+            return dataclasses.replace(before, virtual_hosts=vhosts)
+    elif socket in tls_sockets and isinstance(before, ir.TlsListener):
+        listeners = tls_sockets[socket]
+        https = [lc for lc in listeners if lc.protocol == "HTTPS"]
+        servers = {server.name: server for server in before.https}
+        for lc, _ in touched:
+            if socket in lc.sockets and lc.protocol == "HTTPS" and lc.served:
+                server = https_server(before.name, lc, https, owners(socket, https))
+                servers[server.name] = server
+        return dataclasses.replace(before, https=tuple(servers[name] for name in sorted(servers)))
+    return routed_listener(socket, http_sockets, tls_sockets)
+
+
 def _http_listener(socket: tuple[str, int], listeners: list[ListenerContext]) -> ir.Listener:
     """The HTTP listener of ``socket``: one route configuration for the ``listeners`` on it, each
     serving the Hosts it owns with its own routes (see :mod:`weir.translate.virtualhosts`)."""
     address, port = socket
     name = _listener_name(address, port)
-    groups: dict[str | None, list[ListenerContext]] = {}
-    for lc in listeners:  # listeners of different Gateways with one hostname share its Hosts
-        groups.setdefault(lc.hostname, []).append(lc)
-    virtual_hosts = [
-        vhost for group in groups.values() for vhost in owned_virtual_hosts(name, group, listeners)
-    ]
+    owners = Owners(listeners)  # listeners of different Gateways with one hostname share its Hosts
+    groups = owners.groups
+    virtual_hosts = [vhost for group in groups.values() for vhost in owned_virtual_hosts(name, group, owners)]
+    domains = {domain for vhost in virtual_hosts for domain in vhost.domains}
     for hostname in groups:
-        virtual_hosts += claimed(name, hostname, virtual_hosts)
+        virtual_hosts += claimed(name, hostname, domains)
     return ir.Listener(
         name=name,
         address=address,

@@ -566,7 +566,6 @@ def _evaluate_xbackend(resources: Resources, settings: Settings, xb: XBackend) -
             namespace=xb.namespace,
             validation=spec.tls.validation,
             default_hostname=hostname or "",
-            secret_prefix=prefix,
         )
         if isinstance(result, tls.TlsProblem) or result.skipped:
             # An XBackend trusts exactly what it names: one unusable CA reference refuses it.

@@ -116,7 +116,6 @@ def _evaluate(resources: Resources, settings: Settings, policy: BackendTLSPolicy
         namespace=policy.namespace,
         validation=validation,
         default_hostname=validation.hostname,
-        secret_prefix=f"backendtlspolicy/{policy.namespace}/{policy.name}",
     )
     if isinstance(result, tls.TlsProblem):
         # The Gateway API's reason for a value weir does not support (wellKnownCACertificates) is Invalid.

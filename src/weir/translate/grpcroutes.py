@@ -47,6 +47,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -102,9 +103,12 @@ class KindConflicts:
     """Listeners where a route lost to an older route of the other kind sharing a hostname.
 
     ``lost``: route key → ``id`` of the listener context → why (for the route's status).
+    ``grpc_claims``: ``id`` of the listener context → the hostnames of each GRPCRoute that would
+    attach there, won or lost (what an edited HTTPRoute may not share, see :func:`meets_grpc_routes`).
     """
 
     lost: dict[ObjectKey, dict[int, str]] = field(default_factory=dict)
+    grpc_claims: dict[int, list[tuple[str, ...]]] = field(default_factory=dict)
 
     def of(self, route: ObjectKey) -> Mapping[int, str]:
         return self.lost.get(route, {})
@@ -135,18 +139,20 @@ def kind_conflicts(resources: Resources, gateways: list[GatewayContext]) -> Kind
                 claims[id(att.listener)].append((route, att))
     out = KindConflicts()
     for listener, entries in claims.items():
-        kept: list[tuple[HTTPRoute | GRPCRoute, Attachment]] = []
+        # Per kind: a route is compared with the other kind's only (10,000 HTTPRoutes on a listener
+        # with one GRPCRoute: 10,000 comparisons, not 50 million).
+        kept: dict[str, list[tuple[HTTPRoute | GRPCRoute, Attachment]]] = {HTTPRoute.KIND: [], KIND: []}
+        grpc = [att.hostnames for route, att in entries if route.KIND == KIND]
+        if grpc:
+            out.grpc_claims[listener] = grpc
         for route, att in sorted(entries, key=lambda e: _age(e[0])):
+            others = kept[KIND if route.KIND == HTTPRoute.KIND else HTTPRoute.KIND]
             winner = next(
-                (
-                    other
-                    for other, other_att in kept
-                    if other.KIND != route.KIND and _overlap(att.hostnames, other_att.hostnames)
-                ),
+                (other for other, other_att in others if _overlap(att.hostnames, other_att.hostnames)),
                 None,
             )
             if winner is None:
-                kept.append((route, att))
+                kept[route.KIND].append((route, att))
                 continue
             lc = att.listener
             out.lost.setdefault(route.key, {})[listener] = (
@@ -155,6 +161,27 @@ def kind_conflicts(resources: Resources, gateways: list[GatewayContext]) -> Kind
                 "a GRPCRoute cannot share a hostname on a listener: give them different hostnames"
             )
     return out
+
+
+def meets_grpc_routes(
+    resources: Resources,
+    route: HTTPRoute,
+    by_key: Mapping[ObjectKey, GatewayContext],
+    existing: AbstractSet[ObjectKey],
+    conflicts: KindConflicts,
+) -> bool:
+    """Whether ``route`` would attach to a listener where a GRPCRoute (``conflicts.grpc_claims``)
+    claims a hostname it shares: then editing it can change which routes of either kind lose
+    there, and only :func:`kind_conflicts` over all routes can tell."""
+    if not conflicts.grpc_claims or unsupported_fields(route):
+        return False
+    for ref, ctx, gw_key in parent_refs(route, by_key, existing):
+        _, found = attach(resources, route, ref, ctx, gw_key, [])
+        for att in found:
+            claims = conflicts.grpc_claims.get(id(att.listener), ())
+            if any(_overlap(att.hostnames, hostnames) for hostnames in claims):
+                return True
+    return False
 
 
 def _overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:

@@ -21,15 +21,18 @@ HTTPRoutes, XBackends, Services and EndpointSlices — it is *patched*:
 2. The XBackends to settle again: the changed ones and those the old or new
    units resolved. Their users (Gateways), egress policy, upstream and
    status are recomputed from the users the units record.
-3. Only the listeners where a unit was taken out or put in are assembled
-   again (a route configuration is rebuilt for its own socket only); the
+3. Only the virtual hosts of the domains where a unit was taken out or put
+   in are made again (all of a socket's when such a domain is a wildcard or
+   a listener's hostname, which other virtual hosts depend on), and on a TLS
+   socket only the HTTPS servers of those listeners; the
    statuses, upstreams and secrets of everything else are the same objects
    as before, so what consumes them can compare by identity.
 
 Anything else falls back to a full translation, which is always correct:
 a change of another kind (a Gateway, a Secret, a ReferenceGrant, a policy,
-a Namespace ...), any GRPCRoute (its hostname conflicts with HTTPRoutes
-are settled globally), a touched backend that a TCPRoute, TLSRoute or
+a Namespace, a GRPCRoute ...), an edited HTTPRoute that shares a hostname
+with a GRPCRoute on a listener (their conflicts are settled over all routes
+of both kinds), a touched backend that a TCPRoute, TLSRoute, GRPCRoute or
 policy also names, an XBackend the egress policy refuses before or after,
 and the first snapshot. :attr:`Translator.counts` says how often each path
 was taken.
@@ -49,13 +52,15 @@ from typing import Any
 
 from weir import ir
 from weir.api.discovery_v1 import EndpointSlice
+from weir.api.gateway_v1 import HTTPRoute
+from weir.api.gateway_v1_grpcroute import GRPCRoute
 from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
-from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, routed_listener
+from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, patched_listener
 from weir.translate.backends import SELECTOR_SERVICE_LABEL, BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
@@ -64,8 +69,10 @@ from weir.translate.gateways import (
     gateway_status,
     listener_set_status,
 )
+from weir.translate.grpcroutes import meets_grpc_routes
 from weir.translate.policies import targets
 from weir.translate.routes import RouteUnit, backend_key, http_route_unit, parent_index
+from weir.translate.virtualhosts import Owners
 
 #: Kinds whose changes a patch follows exactly; a change of any other kind means a full translation.
 PATCHED_KINDS = frozenset({"HTTPRoute", "XBackend", "Service", "EndpointSlice"})
@@ -98,6 +105,14 @@ class _State:
     #: published Service): touching one means a full translation
     pinned: frozenset[ObjectKey]
     listener_at: dict[Socket, int] = field(default_factory=dict)
+    #: per served socket, who owns which name among its listeners (made when first patched)
+    owners: dict[Socket, Owners] = field(default_factory=dict)
+
+    def owners_of(self, socket: Socket, listeners: list[ListenerContext]) -> Owners:
+        found = self.owners.get(socket)
+        if found is None:
+            found = self.owners[socket] = Owners(listeners)
+        return found
 
 
 class Translator:
@@ -179,16 +194,23 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         upstream_refs.update(unit.upstreams.keys())
         secret_refs.update(unit.secrets.keys())
     pinned: set[ObjectKey] = set()
-    relayed: list[TCPRoute | TLSRoute | UDPRoute] = [
+    relayed: list[TCPRoute | TLSRoute | UDPRoute | GRPCRoute] = [
         *resources.tcp_routes,
         *resources.tls_routes,
         *resources.all(UDPRoute),
+        *resources.grpc_routes,
     ]
     for route in relayed:
-        for rule in route.spec.rules:
-            pinned.update(
-                key for ref in rule.backend_refs if (key := backend_key(ref, route.namespace)) is not None
-            )
+        refs: list[Any] = [ref for rule in route.spec.rules for ref in rule.backend_refs]
+        if isinstance(route, GRPCRoute):  # and their mirrors, of a rule or of a backend
+            for grpc_rule in route.spec.rules:
+                for grpc_filter in (
+                    *grpc_rule.filters,
+                    *(f for r in grpc_rule.backend_refs for f in r.filters),
+                ):
+                    if grpc_filter.request_mirror is not None:
+                        refs.append(grpc_filter.request_mirror.backend_ref)
+        pinned.update(key for ref in refs if (key := backend_key(ref, route.namespace)) is not None)
     for policy_targets in (
         *map(targets, resources.backend_tls_policies),
         *map(targets, resources.backend_credential_policies),
@@ -241,8 +263,6 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     """Bring ``state`` to ``resources``; else (``state`` untouched) why only a full pass can."""
     if any(key.kind not in PATCHED_KINDS for key in changed):
         return "other kinds changed"
-    if resources.grpc_routes:
-        return "GRPCRoutes"
     backends = _changed_backends(state, resources, changed)
     todo = {key for key in changed if key.kind == "HTTPRoute"}
     for backend in backends:
@@ -267,6 +287,13 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
                 request_timeout_ms=settings.request_timeout_ms,
             )
         )
+    if resources.grpc_routes and any(
+        isinstance(route, HTTPRoute)
+        and meets_grpc_routes(resources, route, state.by_key, state.existing, state.fixed.conflicts)
+        for key in todo
+        for route in (state.resources.objects.get(key), resources.objects.get(key))
+    ):
+        return "an HTTPRoute sharing a hostname with a GRPCRoute"
     units = [u for u in (*old_units.values(), *new_units.values()) if u is not None]
     touched = set(backends)
     for unit in units:
@@ -340,10 +367,22 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     )
     before = state.translation.ir
     ir_listeners = list(before.listeners)
-    for socket in sorted({sock for lc in listeners.values() for sock in lc.sockets}):
+    # The domains each listener context gained or lost routes for: only their virtual hosts change.
+    moved: dict[int, tuple[ListenerContext, set[str]]] = {}
+    for unit in units:
+        for lc, domain, _ in unit.placements:
+            moved.setdefault(id(lc), (lc, set()))[1].add(domain)
+    for socket in sorted({sock for lc, _ in moved.values() for sock in lc.sockets}):
         at = state.listener_at.get(socket)
         if at is not None:  # served (a listener whose certificate does not load serves nothing)
-            ir_listeners[at] = routed_listener(socket, fixed.http_sockets, fixed.tls_sockets)
+            ir_listeners[at] = patched_listener(
+                socket,
+                ir_listeners[at],
+                fixed.http_sockets,
+                fixed.tls_sockets,
+                moved.values(),
+                state.owners_of,
+            )
     state.translation = Translation(
         ir=ir.IR(
             listeners=tuple(ir_listeners),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +127,7 @@ def http_route_unit(
     resources: Resources,
     route: HTTPRoute,
     by_key: Mapping[ObjectKey, GatewayContext],
-    existing: frozenset[ObjectKey],
+    existing: AbstractSet[ObjectKey],
     resolver: BackendResolver,
     controller_name: str,
     *,
@@ -269,7 +270,7 @@ def parent_index(
 def parent_refs(
     route: HTTPRoute | GRPCRoute | TCPRoute | TLSRoute | UDPRoute,
     by_key: Mapping[ObjectKey, GatewayContext],
-    existing: frozenset[ObjectKey],
+    existing: AbstractSet[ObjectKey],
 ) -> Iterator[tuple[ParentReference, GatewayContext | None, ObjectKey]]:
     """The route's parentRefs that are weir's to answer (see :func:`parent_index`): to weir's
     Gateways and ListenerSets, or to ones that do not exist; with the parent's context and key."""

@@ -54,7 +54,6 @@ def server_validation(
     namespace: str,
     validation: TLSValidation | None,
     default_hostname: str,
-    secret_prefix: str,
 ) -> TlsOrigination | TlsProblem:
     """TLS settings verifying the server as ``validation`` says.
 
@@ -63,7 +62,9 @@ def server_validation(
     ``validation.hostname``; the certificate must carry one of
     ``subjectAltNames``, or else ``validation.hostname``. CA references are
     ConfigMaps or Secrets in ``namespace`` with a ``ca.crt`` key; several are
-    concatenated into one trusted bundle named ``ca/<secret_prefix>/<content hash>``.
+    concatenated into one trusted bundle named ``ca/<content hash>``: the XBackends and policies
+    that trust the same certificates share one SDS secret (10,000 ServerOnly XBackends with their
+    CA from one ConfigMap made 10,000 equal secrets, each loaded by Envoy).
     A reference that cannot be used is left out of the bundle and listed in
     :attr:`TlsOrigination.skipped`; when none can be used, the first one's
     problem is the result (never an empty trust store).
@@ -110,7 +111,7 @@ def server_validation(
     if not bundle:
         return skipped[0]
     pem = "".join(bundle)
-    name = f"ca/{secret_prefix}/{_digest(pem)}"
+    name = f"ca/{_digest(pem)}"
     return TlsOrigination(
         ir.UpstreamTLS(sni=validation.hostname, subject_alt_names=sans, trusted_ca=name),
         (ir.TrustedCA(name, pem),),

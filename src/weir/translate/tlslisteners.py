@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from weir import ir
 from weir.translate.gateways import ListenerContext
-from weir.translate.virtualhosts import claimed, owned_virtual_hosts, owner
+from weir.translate.virtualhosts import Owners, claimed, owned_virtual_hosts
 
 #: The body of a 421: the Host belongs to another listener on the same port.
 MISDIRECTED_BODY = (
@@ -46,29 +46,16 @@ def tls_listener(name: str, address: str, port: int, listeners: list[ListenerCon
     HTTPS listeners answer 421 for it.
     """
     https_listeners = [lc for lc in listeners if lc.protocol == "HTTPS"]
+    https_owners, owners = Owners(https_listeners), Owners(listeners)
     servers = []
     relays = []
     for lc in https_listeners:
-        server = f"{name}/{lc.hostname or '*'}"
         if not lc.served:
-            relays.append(ir.TlsRelay(server, _server_names(lc.hostname), backends=()))
-            continue
-        virtual_hosts = owned_virtual_hosts(server, [lc], https_listeners)
-        for other in https_listeners:
-            if other is not lc:
-                domain = other.hostname or "*"
-                virtual_hosts.append(ir.VirtualHost(f"{server}/{domain}", (domain,), (_misdirected(other),)))
-        # Its own Hosts that no route serves: 404, not the 421 of a wider listener's name.
-        virtual_hosts += claimed(server, lc.hostname, virtual_hosts)
-        servers.append(
-            ir.HttpsServer(
-                name=server,
-                server_names=_server_names(lc.hostname),
-                certificates=tuple(c.name for c in lc.certificates),
-                virtual_hosts=tuple(sorted(virtual_hosts, key=lambda v: v.name)),
-                client_validation=lc.client_validation.validation if lc.client_validation else None,
+            relays.append(
+                ir.TlsRelay(f"{name}/{lc.hostname or '*'}", _server_names(lc.hostname), backends=())
             )
-        )
+            continue
+        servers.append(https_server(name, lc, https_listeners, https_owners))
     for lc in listeners:
         if lc.protocol != "TLS":
             continue
@@ -78,7 +65,7 @@ def tls_listener(name: str, address: str, port: int, listeners: list[ListenerCon
             continue
         certificates = tuple(c.name for c in lc.certificates) if lc.terminates_tls else ()
         for server_name, backends in sorted(lc.relays.items()):
-            if owner(server_name, listeners) is lc:
+            if owners(server_name) is lc:
                 relays.append(
                     ir.TlsRelay(
                         name=f"{name}/{server_name}",
@@ -93,6 +80,29 @@ def tls_listener(name: str, address: str, port: int, listeners: list[ListenerCon
         port=port,
         https=tuple(sorted(servers, key=lambda s: s.name)),
         relays=tuple(sorted(relays, key=lambda r: r.name)),
+    )
+
+
+def https_server(
+    name: str, lc: ListenerContext, https_listeners: list[ListenerContext], https_owners: Owners
+) -> ir.HttpsServer:
+    """The HTTPS server of the served listener ``lc`` on the socket of TLS listener ``name``, among the
+    socket's ``https_listeners`` (whose :class:`Owners` are ``https_owners``)."""
+    server = f"{name}/{lc.hostname or '*'}"
+    virtual_hosts = owned_virtual_hosts(server, [lc], https_owners)
+    for other in https_listeners:
+        if other is not lc:
+            domain = other.hostname or "*"
+            virtual_hosts.append(ir.VirtualHost(f"{server}/{domain}", (domain,), (_misdirected(other),)))
+    # Its own Hosts that no route serves: 404, not the 421 of a wider listener's name.
+    domains = {domain for vhost in virtual_hosts for domain in vhost.domains}
+    virtual_hosts += claimed(server, lc.hostname, domains)
+    return ir.HttpsServer(
+        name=server,
+        server_names=_server_names(lc.hostname),
+        certificates=tuple(c.name for c in lc.certificates),
+        virtual_hosts=tuple(sorted(virtual_hosts, key=lambda v: v.name)),
+        client_validation=lc.client_validation.validation if lc.client_validation else None,
     )
 
 

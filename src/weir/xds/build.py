@@ -154,13 +154,28 @@ class Parts:
     ) -> dict[str, dict[str, Any]]:
         return tcp_egress_part(tunneled, upstreams)
 
+    def clusters(self, upstreams: Mapping[str, ir.Upstream], dns: ir.DnsSettings) -> dict[str, Any]:
+        """Every upstream's cluster, by name in order (a cache remakes only those that changed)."""
+        return {name: self.cluster(upstreams[name], dns) for name in sorted(upstreams)}
+
+    def secrets(self, secrets: Mapping[str, ir.Secret]) -> dict[str, Any]:
+        """Every secret's SDS secret, by name in order."""
+        return {name: self.secret(secrets[name]) for name in sorted(secrets)}
+
+    def to_check(
+        self, upstreams: Mapping[str, ir.Upstream], secrets: Mapping[str, ir.Secret]
+    ) -> Iterable[ir.Upstream]:
+        """The upstreams whose settings :func:`assemble` must check (a cache: those that changed,
+        when no secret did)."""
+        return upstreams.values()
+
 
 def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
     """The resources of ``ir_``, each part made by ``parts`` (see :func:`build`)."""
     upstreams = _unique("upstream", ir_.upstreams)
     secrets = _unique("secret", ir_.secrets)
     listeners = _unique("listener", ir_.listeners)
-    for upstream in upstreams.values():
+    for upstream in parts.to_check(upstreams, secrets):
         if upstream.tls is not None:
             _check_tls(upstream.name, upstream.tls, secrets)
         if upstream.websocket and upstream.protocol is not ir.UpstreamProtocol.HTTP1:
@@ -175,16 +190,15 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
         for type_url, by_name in built.items():
             out[type_url].update(by_name)
         tunneled.extend(tunnels)
-    for name in sorted(upstreams):
-        out[CLUSTER][name] = parts.cluster(upstreams[name], ir_.dns)
-    for name in sorted(secrets):
-        out[SECRET][name] = parts.secret(secrets[name])
+    # Maybe a mapping the parts handed out before (a cache's): replaced below, never changed.
+    out[CLUSTER] = parts.clusters(upstreams, ir_.dns)
+    out[SECRET] = parts.secrets(secrets)
     if tunneled:
         for type_url, by_name in parts.tcp_egress(tuple(tunneled), upstreams).items():
-            out[type_url].update(by_name)
+            out[type_url] = {**out[type_url], **by_name}
     if any(guarded(upstream) for upstream in upstreams.values()):
         for type_url, by_name in parts.mirror_egress().items():
-            out[type_url].update(by_name)
+            out[type_url] = {**out[type_url], **by_name}
     if tunneled or MIRROR_EGRESS in out[CLUSTER]:
         for type_url in (LISTENER, CLUSTER):
             out[type_url] = dict(sorted(out[type_url].items()))
@@ -192,15 +206,25 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
     return out
 
 
+#: A route configuration made from a listener's (or an HTTPS server's) routes: (the resource,
+#: whether a route sends requests to an upstream with an MCP tool policy).
+RouteConfig = Callable[[ir.Listener, Mapping[str, ir.Upstream]], tuple[Any, bool]]
+
+
+def route_config(routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> tuple[Any, bool]:
+    """The :data:`RouteConfig` of :func:`build`: the message, built afresh."""
+    return route_configuration(routes, upstreams), uses_tool_policies(routes.virtual_hosts, upstreams)
+
+
 def listener_part(
     listener: ir.AnyListener,
     upstreams: Mapping[str, ir.Upstream],
     secrets: Mapping[str, ir.Secret],
     *,
-    encode_route: Callable[[ir.Route, Mapping[str, ir.Upstream]], bytes] | None = None,
+    make_routes: RouteConfig = route_config,
 ) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
-    """What one IR listener becomes (see :meth:`Parts.listener`); ``encode_route`` as in
-    :func:`weir.xds.routes.route_configuration`."""
+    """What one IR listener becomes (see :meth:`Parts.listener`); its route configurations made by
+    ``make_routes`` (the build cache's keeps the parts that did not change)."""
     name = listener.name
     out: dict[str, dict[str, Any]] = {LISTENER: {}, ROUTE: {}}
     tunneled: list[ir.TcpListener | ir.TlsRelay] = []
@@ -217,17 +241,18 @@ def listener_part(
         _check_tls_listener(listener, secrets)
         relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
         tunnels = {n for n, chosen in relays.items() if any(guarded(u) for u in chosen if u is not None)}
-        mcp_servers = {s.name for s in listener.https if uses_tool_policies(s.virtual_hosts, upstreams)}
-        out[LISTENER][name] = tls_listener(listener, relays, tunnels, mcp_servers)
-        tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
+        mcp_servers = set()
         for server in listener.https:
             # The server's routes, shaped as a listener's: the same route configuration.
             routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
-            out[ROUTE][server.name] = route_configuration(routes, upstreams, encode_route=encode_route)
+            out[ROUTE][server.name], mcp_tools = make_routes(routes, upstreams)
+            if mcp_tools:
+                mcp_servers.add(server.name)
+        out[LISTENER][name] = tls_listener(listener, relays, tunnels, mcp_servers)
+        tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
     else:
-        mcp_tools = uses_tool_policies(listener.virtual_hosts, upstreams)
+        out[ROUTE][name], mcp_tools = make_routes(listener, upstreams)
         out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools)
-        out[ROUTE][name] = route_configuration(listener, upstreams, encode_route=encode_route)
     return out, tuple(tunneled)
 
 
@@ -263,13 +288,15 @@ def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:
     this output is meant for people and files.
     """
     data = {
-        type_url: {
-            name: redact(json_format.MessageToDict(message, preserving_proto_field_name=False))
-            for name, message in by_name.items()
-        }
+        type_url: {name: resource_data(message) for name, message in by_name.items()}
         for type_url, by_name in resources.items()
     }
     return cast(dict[str, Any], _sort_keys(data))
+
+
+def resource_data(message: Message) -> Any:
+    """One resource of :func:`to_data`: its proto JSON mapping, keys sorted, secrets redacted."""
+    return _sort_keys(redact(json_format.MessageToDict(message, preserving_proto_field_name=False)))
 
 
 # --------------------------------------------------------------------------
@@ -277,8 +304,11 @@ def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
-def _unique(kind: str, items: Iterable[Any]) -> dict[str, Any]:
+def _unique(kind: str, items: tuple[Any, ...]) -> dict[str, Any]:
     """Items by name; a repeated name is an error rather than a silent overwrite."""
+    unique = {item.name: item for item in items}
+    if len(unique) == len(items):
+        return unique
     by_name: dict[str, Any] = {}
     for item in items:
         if item.name in by_name:

@@ -1,0 +1,133 @@
+"""Incremental translation equals a full one in every workload shape of the benchmark, for every
+kind of edit a user makes there.
+
+The shapes are ``bench/controlplane_shapes.py``'s (``path``, ``host``,
+``gateways``, ``tls``) at a small N. The edits: a route's address (its path,
+or in ``host`` its hostname), its XBackend's hostname, a new route with a
+new XBackend, a route or an XBackend removed, a Secret or ConfigMap edited
+(the shared CA of ``host``, a certificate of ``tls``), a GRPCRoute added or
+edited, and a listener added to a Gateway. After each, :class:`Translator`
+must give what :func:`translate` gives. Some of these take a full pass today
+(``Translator.counts`` says which); the property holds either way, and
+keeps holding as more of them are patched.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_shapes import PORTS, UPSTREAM_PORT, generate, parse, shapes
+from test_incremental import assert_same
+
+from weir.api.meta import KubeObject, ObjectKey
+from weir.resources import Resources
+from weir.translate import Settings, translate
+from weir.translate.incremental import Translator
+
+SETTINGS = Settings(dns_resolvers=(("127.0.0.1", 5353),))
+#: routes per shape: a few Gateways of 10 in ``gateways``
+N = {"path": 12, "host": 12, "gateways": 40, "tls": 12}
+STEPS = 40
+
+KINDS = (
+    "address",
+    "backend",
+    "new route",
+    "route removed",
+    "xbackend removed",
+    "secret or configmap",
+    "grpcroute",
+    "listener added",
+)
+
+
+def edit(
+    kind: str, shape: Any, rng: random.Random, n: int, current: dict[ObjectKey, KubeObject], pki: Any
+) -> tuple[dict[ObjectKey, KubeObject], set[ObjectKey]]:
+    """One edit of ``kind``: (objects put, keys removed)."""
+    i = rng.randrange(n)
+    if kind == "address":
+        return parse(shape.route_yaml(i, n, UPSTREAM_PORT, version=rng.randint(2, 10**6))), set()
+    if kind == "backend":
+        return parse(shape.route_yaml(i, n, UPSTREAM_PORT, backend=rng.randint(1, 10**6))), set()
+    if kind == "new route":
+        return parse(shape.route_yaml(n + rng.randrange(3), n, UPSTREAM_PORT)), set()
+    if kind == "route removed":
+        return {}, {ObjectKey("HTTPRoute", "default", f"r{i}")}
+    if kind == "xbackend removed":
+        return {}, {ObjectKey("XBackend", "default", f"x{i}")}
+    if kind == "secret or configmap":
+        if shape.name == "tls":  # a listener's certificate, issued again
+            j = rng.randrange(shape.listeners(n))
+            leaf = pki.ca.issue_server_cert(f"t{j}.example")
+            text = (
+                f"apiVersion: v1\nkind: Secret\nmetadata: {{name: c{j}, namespace: default}}\n"
+                f"type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{_indent(leaf.chain_pem)}"
+                f"  tls.key: |\n{_indent(leaf.key_pem)}"
+            )
+        elif shape.name == "host":  # the CA every XBackend trusts, another one
+            other = shapes.make_pki(pki.upstream_cert.parent.parent / f"pki-{rng.random()}")
+            text = (
+                f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {shapes.CA_CONFIGMAP}, "
+                f"namespace: default}}\ndata:\n  ca.crt: |\n{_indent(other.ca_pem)}"
+            )
+        else:  # a Secret nothing reads yet
+            text = (
+                "apiVersion: v1\nkind: Secret\nmetadata: {name: unused, namespace: default}\n"
+                f"stringData: {{token: t{rng.randrange(100)}}}\n"
+            )
+        return parse(text), set()
+    if kind == "grpcroute":
+        # Its own hostname where the listener has none; else the listener's, which it then shares
+        # with that listener's HTTPRoutes (their edits take a full pass).
+        hostnames = "[grpc.example]" if shape.name in ("path", "host") else "[]"
+        text = f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: grpc, namespace: default}}
+spec:
+  parentRefs: [{shape.parent(i, n)}]
+  hostnames: {hostnames}
+  rules:
+  - backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: x{i}}}]
+"""
+        return parse(text), set()
+    if kind == "listener added":
+        gateways = shape.gateways_yaml(n, PORTS, pki)
+        port = 9000 + rng.randrange(3)
+        text = gateways.replace(
+            "  listeners:\n", f"  listeners:\n  - {{name: extra, port: {port}, protocol: HTTP}}\n", 1
+        )
+        return {k: v for k, v in parse(text).items() if k.kind == "Gateway"}, set()
+    raise AssertionError(kind)
+
+
+def _indent(text: str) -> str:
+    return "".join("    " + line for line in text.splitlines(keepends=True))
+
+
+@pytest.mark.parametrize("shape_name", ["path", "host", "gateways", "tls"])
+def test_every_kind_of_edit_equals_a_full_translation(shape_name: str, tmp_path: Path) -> None:
+    shape = shapes.SHAPES[shape_name]
+    rng = random.Random(shape_name)
+    n = N[shape_name]
+    current, pki = generate(shape_name, n, tmp_path)
+    resources = Resources.from_objects(current.values())
+    translator = Translator(SETTINGS)
+    assert_same(translator.translate(resources), translate(resources, SETTINGS))
+    # Every kind once in a shuffled order, then at random (the route edits more often).
+    kinds = rng.sample(KINDS, len(KINDS)) + rng.choices(
+        KINDS, weights=(4, 4, 2, 1, 1, 1, 1, 1), k=STEPS - len(KINDS)
+    )
+    for kind in kinds:
+        upserts, removed = edit(kind, shape, rng, n, current, pki)
+        removed &= current.keys()
+        for key in removed:
+            del current[key]
+        current.update(upserts)
+        resources = resources.with_changes(upserts, removed)
+        assert_same(translator.translate(resources), translate(resources, SETTINGS)), kind
+    assert translator.counts["patched"] >= STEPS // 3, translator.counts
