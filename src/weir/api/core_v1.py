@@ -100,7 +100,9 @@ class Pod(KubeObject):
     def ready(self) -> bool:
         """Running, with the ``Ready`` condition ``True`` (what an EndpointSlice calls ready)."""
         status = self.status or {}
-        conditions = status.get("conditions") or ()
+        conditions = status.get("conditions")
+        if not isinstance(conditions, list):  # status is plain data, unchecked: any shape may come
+            conditions = []
         ready = any(
             isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
         )
@@ -110,7 +112,8 @@ class Pod(KubeObject):
     def addresses(self) -> tuple[str, ...]:
         """Its IPs: ``status.podIPs``, else ``status.podIP``; only valid IP addresses."""
         status = self.status or {}
-        ips = [p.get("ip") for p in status.get("podIPs") or () if isinstance(p, dict)]
+        pod_ips = status.get("podIPs")
+        ips = [p.get("ip") for p in (pod_ips if isinstance(pod_ips, list) else ()) if isinstance(p, dict)]
         if not ips and status.get("podIP"):
             ips = [status.get("podIP")]
         out = []
