@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from weir_harness import Weir, eventually
+from weir_harness import Weir, eventually, stopped_after
 
 from weir.testkit import free_port, require_loopback
 
@@ -56,11 +56,8 @@ async def echo() -> AsyncIterator[tuple[_Echo, int]]:
 async def weir(tmp_path: Path) -> AsyncIterator[Weir]:
     folder = tmp_path / "manifests"
     folder.mkdir()
-    harness = Weir(folder, None, free_port())
-    try:
+    async with stopped_after(Weir(folder, None, free_port())) as harness:
         yield harness
-    finally:
-        await harness.stop()
 
 
 def udp_port() -> int:
