@@ -32,8 +32,9 @@ while ``dataPlane.accepted``. A poller reads ``/status`` every
 served.
 
 ``--clients`` connections (HTTP/1.1, keep-alive) send requests back to back,
-alternately to a stable route and to a churned route, until the deadline. It
-counts:
+alternately to a stable route and to a churned route (half the time one of
+the :data:`RECENT` routes written last, so that many answers come right after
+an edit is reported served), until the deadline. It counts:
 
 * **stable errors**: a stable route answered anything but 2xx (or the
   connection failed);
@@ -67,7 +68,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "churn.json"
 ECHO_IP = "127.0.0.2"
+#: How many of the routes written last get half the churned requests.
+RECENT = 32
 
 
 # ----------------------------------------------------------------------------- manifests
@@ -299,6 +302,10 @@ class Bench:
         self.stop_load = asyncio.Event()
         self.stop_churn = asyncio.Event()
         self.stop_poll = asyncio.Event()
+        self.churning = False  # edit -> served latencies are noted only for the churn's writes
+        #: Routes written lately: half the churned requests go to them, so that answers right
+        #: after an edit is reported served (where a stale one would show) are many.
+        self.recent: deque[Route] = deque(maxlen=RECENT)
 
     # -- files ---------------------------------------------------------------
 
@@ -341,6 +348,7 @@ class Bench:
                     write_atomically(route.path, text)
             route.version, route.present = version, not delete
             route.written_at[version] = time.monotonic()
+            self.recent.append(route)
         finally:
             route.busy = False
 
@@ -411,7 +419,7 @@ class Bench:
     def _served(self, route: Route, version: int, *, present: bool) -> None:
         route.served, route.served_present = version, present
         written = route.written_at.get(version)
-        if written is not None and self.stop_churn.is_set() is False:
+        if written is not None and self.churning:
             self.ops.served_latency.append(time.monotonic() - written)
 
     async def poll(self) -> None:
@@ -457,7 +465,8 @@ class Bench:
                     self.tally.stable_errors += 1
                     self.tally.status_codes[f"stable {status}"] += 1
                     self.tally.note(f"stable error: s{stable_index} answered {status}")
-                route = self.rng.choice(self.routes)
+                recent = bool(self.recent) and self.rng.random() < 0.5
+                route = self.rng.choice(self.recent if recent else self.routes)
                 served, present, delete_before = route.served, route.served_present, route.last_delete
                 status, got = await conn.get(f"/{route.name}/")
                 self.judge_churned(route, served, present, delete_before, status, got)
@@ -501,11 +510,13 @@ class Bench:
                 raise RuntimeError(f"stable route s{i} answered {status} before the churn")
         poller = asyncio.create_task(self.poll())
         clients = [asyncio.create_task(self.client(k)) for k in range(self.cfg.clients)]
+        self.churning = True
         churner = asyncio.create_task(self.churn())
         started = time.monotonic()
         await asyncio.sleep(self.cfg.duration)
         self.stop_churn.set()
         await churner
+        self.churning = False
         self.stop_load.set()
         await asyncio.gather(*clients)
         elapsed = time.monotonic() - started
