@@ -73,9 +73,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "churn.json"
 ECHO_IP = "127.0.0.2"
+NAMESPACE = "churn"
+#: The XBackend's hostname in Kubernetes mode (the API server refuses loopback EndpointSlices).
+ECHO_HOST = "echo.churn.test"
 #: How many of the routes written last get half the churned requests.
 RECENT = 32
 
@@ -92,40 +97,47 @@ spec: {{controllerName: weir.dev/gateway-controller}}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {{name: churn, namespace: default}}
+metadata: {{name: churn, namespace: churn}}
 spec:
   gatewayClassName: weir
   listeners: [{{name: http, port: {gateway_port}, protocol: HTTP}}]
 ---
 apiVersion: v1
 kind: Service
-metadata: {{name: echo, namespace: default}}
+metadata: {{name: echo, namespace: churn}}
 spec: {{ports: [{{name: http, port: {echo_port}}}]}}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {{name: echo-1, namespace: default, labels: {{kubernetes.io/service-name: echo}}}}
+metadata: {{name: echo-1, namespace: churn, labels: {{kubernetes.io/service-name: echo}}}}
 addressType: IPv4
 ports: [{{name: http, port: {echo_port}}}]
 endpoints: [{{addresses: [{ECHO_IP}]}}]
 """
 
 
-def route_yaml(name: str, version: int, echo_port: int) -> str:
-    """HTTPRoute ``name`` for ``/<name>/`` answering ``X-Version: <version>``, generation ``version``."""
-    return f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}, namespace: default, generation: {version}}}
-spec:
-  parentRefs: [{{name: churn}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /{name}/}}}}]
-    filters:
-    - type: ResponseHeaderModifier
-      responseHeaderModifier: {{set: [{{name: X-Version, value: "{version}"}}]}}
-    backendRefs: [{{name: echo, port: {echo_port}}}]
-"""
+def route_doc(name: str, prefix: str, version: int, backend: dict[str, Any]) -> dict[str, Any]:
+    """HTTPRoute ``name`` for ``/<prefix>/`` answering ``X-Version: <version>`` from ``backend``."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "parentRefs": [{"name": "churn"}],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": f"/{prefix}/"}}],
+                    "filters": [
+                        {
+                            "type": "ResponseHeaderModifier",
+                            "responseHeaderModifier": {"set": [{"name": "X-Version", "value": str(version)}]},
+                        }
+                    ],
+                    "backendRefs": [backend],
+                }
+            ],
+        },
+    }
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -144,18 +156,21 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def serve_echo() -> None:
-    """``_echo``: an EchoHttpServer on 127.0.0.2 until SIGTERM; prints its port first."""
-    from weir.testkit import EchoHttpServer, EchoIdentity
+    """``_echo``: an EchoHttpServer on 127.0.0.2 and a DNS stub on 127.0.0.1 (``echo.churn.test``
+    is 127.0.0.2) until SIGTERM; prints their ports first."""
+    from weir.testkit import DnsStub, EchoHttpServer, EchoIdentity
 
     async def main() -> None:
-        server = await EchoHttpServer(EchoIdentity("default", "echo-1", "echo"), host=ECHO_IP).start()
-        print(server.port, flush=True)
+        server = await EchoHttpServer(EchoIdentity(NAMESPACE, "echo-1", "echo"), host=ECHO_IP).start()
+        dns = await DnsStub(records={ECHO_HOST: [ECHO_IP]}, ttl=3600).start()
+        print(server.port, dns.port, flush=True)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         while not stop.is_set():
             server.clear()  # nothing to keep: memory stays flat
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
+        await dns.stop()
         await server.stop()
 
     asyncio.run(main())
@@ -174,6 +189,21 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
             proc.wait(5)
 
 
+def start_cluster(folder: Path) -> tuple[Any, Path]:
+    """A real kube-apiserver and etcd (tests/kube's envtest) with weir's CRDs and deploy/'s RBAC;
+    the cluster and a kubeconfig with weir's service account's rights."""
+    sys.path.insert(0, str(REPO / "tests" / "kube"))
+    from envtest import ASSETS_HINT, WEIR_TOKEN, assets
+    from kube_world import LEASE_NAMESPACE
+    from kube_world import start_cluster as start
+
+    if assets() is None:
+        raise SystemExit(ASSETS_HINT)
+    folder.mkdir(parents=True)
+    cluster = start(folder, crds=None)
+    return cluster, cluster.kubeconfig("weir", WEIR_TOKEN, namespace=LEASE_NAMESPACE)
+
+
 # ----------------------------------------------------------------------------- bookkeeping
 
 
@@ -181,13 +211,14 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
 class Route:
     """What the benchmark wrote for one churned route and what weir reported served."""
 
-    name: str
-    path: Path
+    name: str  # also the path prefix, /<name>/
+    obj: str = ""  # the HTTPRoute's name (Kubernetes mode: a new one after each deletion)
     version: int = 0  # the last version written (a deletion too)
     present: bool = False  # whether the last write defines the route
     busy: bool = False  # a write in flight
     written_at: dict[int, float] = field(default_factory=dict)  # version -> write finished
-    deleted_versions: set[int] = field(default_factory=set)
+    #: (object name, metadata.generation) -> version, to read observedGeneration back
+    generations: dict[tuple[str, int], int] = field(default_factory=dict)
     served: int = 0  # the newest version reported served (0: none yet)
     served_present: bool = False
     last_delete: int = 0  # the newest version that was a deletion
@@ -269,6 +300,116 @@ class Client:
         self._reader = self._writer = None
 
 
+# ----------------------------------------------------------------------------- where routes are written
+
+
+class FilesStore:
+    """A folder ``weir run -f`` serves: one file per churned route, written atomically or in place.
+
+    ``metadata.generation`` is the version: files have no API server to count generations.
+    """
+
+    kind = "files"
+
+    def __init__(self, folder: Path, echo_port: int, rng: random.Random, in_place: float, gap: float) -> None:
+        self.folder, self.rng, self.in_place, self.gap = folder, rng, in_place, gap
+        self.backend = {"name": "echo", "port": echo_port}
+        self.echo_port = echo_port
+
+    def path(self, route: Route) -> Path:
+        return self.folder / "churn" / f"{route.name}.yaml"
+
+    def doc(self, name: str, prefix: str, version: int) -> dict[str, Any]:
+        doc = route_doc(name, prefix, version, self.backend)
+        doc["metadata"]["generation"] = version
+        return doc
+
+    def setup(self, gateway_port: int, stable: int, initial: list[Route]) -> None:
+        (self.folder / "churn").mkdir(parents=True)
+        (self.folder / "base.yaml").write_text(base_yaml(gateway_port, self.echo_port))
+        docs = [self.doc(f"s{i}", f"s{i}", 1) for i in range(stable)]
+        (self.folder / "stable.yaml").write_text(yaml.safe_dump_all(docs))
+        for route in initial:
+            self.path(route).write_text(yaml.safe_dump(self.doc(route.name, route.name, 1)))
+            route.obj = route.name
+            route.generations[(route.name, 1)] = 1
+
+    async def write(self, route: Route, version: int, ops: Ops) -> None:
+        route.obj = route.name
+        text = yaml.safe_dump(self.doc(route.name, route.name, version))
+        path = self.path(route)
+        if self.rng.random() < self.in_place:
+            ops.in_place += 1
+            with path.open("w") as fh:  # truncates, as cp and > do
+                fh.flush()
+                await asyncio.sleep(self.gap)
+                fh.write(text)
+        else:
+            ops.atomic += 1
+            write_atomically(path, text)
+        route.generations[(route.name, version)] = version
+
+    async def delete(self, route: Route) -> None:
+        self.path(route).unlink()
+
+
+class KubeStore:
+    """A namespace of a real API server (tests/kube's envtest) that ``weir run --kubernetes`` watches.
+
+    Writes are server-side applies, one at a time, made in a thread. A route
+    deleted and added again gets a new object name (a new object starts at
+    generation 1 again), so that ``observedGeneration`` names one write.
+    """
+
+    kind = "kubernetes"
+
+    def __init__(self, api: Any, echo_port: int) -> None:
+        self.api, self.echo_port = api, echo_port
+        self.backend = {"group": "gateway.networking.x-k8s.io", "kind": "XBackend", "name": "echo"}
+        self.incarnations: Counter[str] = Counter()
+        self.lock = asyncio.Lock()
+
+    def setup(self, gateway_port: int, stable: int, initial: list[Route]) -> None:
+        self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        for doc in yaml.safe_load_all(base_yaml(gateway_port, self.echo_port)):
+            if doc["kind"] in ("GatewayClass", "Gateway"):  # the Service's loopback slice would be refused
+                self.api.apply(doc)
+        self.api.apply(
+            {
+                "apiVersion": "gateway.networking.x-k8s.io/v1alpha1",
+                "kind": "XBackend",
+                "metadata": {"name": "echo", "namespace": NAMESPACE},
+                "spec": {
+                    "type": "ExternalHostname",
+                    "externalHostname": {"hostname": ECHO_HOST},
+                    "port": {"port": self.echo_port},
+                },
+            }
+        )
+        for i in range(stable):
+            self.api.apply(route_doc(f"s{i}", f"s{i}", 1, self.backend))
+        for route in initial:
+            self._apply(route, 1)
+
+    def _apply(self, route: Route, version: int) -> None:
+        if not route.present:
+            self.incarnations[route.name] += 1
+        route.obj = f"{route.name}-{self.incarnations[route.name]}"
+        result = self.api.apply(route_doc(route.obj, route.name, version, self.backend))
+        route.generations[(route.obj, int(result["metadata"]["generation"]))] = version
+
+    async def write(self, route: Route, version: int, ops: Ops) -> None:
+        ops.atomic += 1
+        async with self.lock:
+            await asyncio.to_thread(self._apply, route, version)
+
+    async def delete(self, route: Route) -> None:
+        async with self.lock:
+            await asyncio.to_thread(
+                self.api.delete, "gateway.networking.k8s.io/v1", "HTTPRoute", NAMESPACE, route.obj
+            )
+
+
 # ----------------------------------------------------------------------------- the run
 
 
@@ -283,18 +424,24 @@ class Config:
     in_place_gap: float
     poll_interval: float
     seed: int
+    kubernetes: bool = False
 
 
 class Bench:
-    def __init__(self, cfg: Config, folder: Path, gateway_port: int, admin_port: int, echo_port: int) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        store: FilesStore | KubeStore,
+        rng: random.Random,
+        gateway_port: int,
+        admin_port: int,
+    ) -> None:
         self.cfg = cfg
-        self.folder = folder
+        self.store = store
         self.gateway_port = gateway_port
         self.admin_url = f"http://127.0.0.1:{admin_port}/status"
-        self.echo_port = echo_port
-        self.rng = random.Random(cfg.seed)
-        self.routes = [Route(f"c{i}", folder / "churn" / f"c{i:04d}.yaml") for i in range(cfg.churned)]
-        self.by_name = {r.name: r for r in self.routes}
+        self.rng = rng
+        self.routes = [Route(f"c{i:04d}") for i in range(cfg.churned)]
         self.tally = Tally()
         self.ops = Ops()
         self.polls = 0
@@ -307,45 +454,33 @@ class Bench:
         #: after an edit is reported served (where a stale one would show) are many.
         self.recent: deque[Route] = deque(maxlen=RECENT)
 
-    # -- files ---------------------------------------------------------------
+    # -- writes ----------------------------------------------------------------
 
-    def generate(self) -> None:
-        (self.folder / "churn").mkdir(parents=True)
-        (self.folder / "base.yaml").write_text(base_yaml(self.gateway_port, self.echo_port))
-        stable = "---\n".join(route_yaml(f"s{i}", 1, self.echo_port) for i in range(self.cfg.stable))
-        (self.folder / "stable.yaml").write_text(stable)
+    def setup(self) -> None:
+        """The Gateway, the stable routes and half the churned ones (version 1)."""
+        initial = self.routes[: self.cfg.churned // 2]
+        self.store.setup(self.gateway_port, self.cfg.stable, initial)
         now = time.monotonic()
-        for route in self.routes[: self.cfg.churned // 2]:
+        for route in initial:
             route.version, route.present = 1, True
             route.written_at[1] = now
-            route.path.write_text(route_yaml(route.name, 1, self.echo_port))
 
     async def operate(self, route: Route) -> None:
-        """One operation on ``route``: add, edit or delete, written atomically or in place."""
+        """One operation on ``route``: add it, or edit (3 in 4) or delete it."""
         route.busy = True
         try:
             version = route.version + 1
             delete = route.present and self.rng.random() < 0.25
             if delete:
                 self.ops.deletes += 1
-                route.path.unlink()
-                route.deleted_versions.add(version)
+                await self.store.delete(route)
                 route.last_delete = version
             else:
                 if route.present:
                     self.ops.edits += 1
                 else:
                     self.ops.adds += 1
-                text = route_yaml(route.name, version, self.echo_port)
-                if self.rng.random() < self.cfg.in_place:
-                    self.ops.in_place += 1
-                    with route.path.open("w") as fh:  # truncates, as cp and > do
-                        fh.flush()
-                        await asyncio.sleep(self.cfg.in_place_gap)
-                        fh.write(text)
-                else:
-                    self.ops.atomic += 1
-                    write_atomically(route.path, text)
+                await self.store.write(route, version, self.ops)
             route.version, route.present = version, not delete
             route.written_at[version] = time.monotonic()
             self.recent.append(route)
@@ -388,7 +523,7 @@ class Bench:
             return False
         seen: dict[str, int] = {}
         for obj in data.get("objects", []):
-            if obj.get("kind") != "HTTPRoute" or obj.get("name") not in self.by_name:
+            if obj.get("kind") != "HTTPRoute" or obj.get("namespace") != NAMESPACE:
                 continue
             gens = set()
             ok = True
@@ -401,9 +536,12 @@ class Bench:
             if ok and len(gens) == 1:
                 seen[obj["name"]] = gens.pop()
         for route in self.routes:
-            version = seen.get(route.name)
-            if version is not None:
-                if version > route.served or (version == route.served and not route.served_present):
+            generation = seen.get(route.obj)
+            if generation is not None:
+                version = route.generations.get((route.obj, generation), 0)
+                if version > route.served or (
+                    version and version == route.served and not route.served_present
+                ):
                     self._served(route, version, present=True)
                 continue
             # Absent: the deletion is served if it was the last write and finished before this poll.
@@ -622,6 +760,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=RESULTS, help="raw results (not in smoke mode)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the manifests and weir's log")
+    parser.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="churn through a real API server (tests/kube's envtest; needs KUBEBUILDER_ASSETS)",
+    )
     opts = parser.parse_args(args)
     if opts.mode == "smoke":
         opts.stable, opts.churned, opts.duration, opts.ops_rate, opts.clients = 10, 40, 5.0, 20.0, 4
@@ -636,38 +779,52 @@ def main(argv: list[str] | None = None) -> int:
         opts.in_place_gap,
         opts.poll_interval,
         opts.seed,
+        opts.kubernetes,
     )
     workdir = Path(tempfile.mkdtemp(prefix="weir-churn-"))
     procs: list[subprocess.Popen[bytes]] = []
+    cluster: Any = None
     try:
         echo = subprocess.Popen(
             [sys.executable, __file__, "_echo"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
         )
         procs.append(echo)
         assert echo.stdout is not None
-        echo_port = int(echo.stdout.readline().decode().strip() or 0)
-        if not echo_port:
-            raise RuntimeError("the echo server did not start")
+        ports = echo.stdout.readline().decode().split()
+        if len(ports) != 2:
+            raise RuntimeError("the echo server and DNS stub did not start")
+        echo_port, dns_port = int(ports[0]), int(ports[1])
         gateway_port, admin_port = free_port(), free_port()
-        bench = Bench(cfg, workdir / "manifests", gateway_port, admin_port, echo_port)
-        bench.generate()
+        rng = random.Random(cfg.seed)
         weir_bin = shutil.which("weir") or str(Path(sys.executable).with_name("weir"))
+        command = [
+            weir_bin, "run", "--admin-address", f"127.0.0.1:{admin_port}",
+            "--access-log", "stdout", "--log-level", "warning",
+        ]  # fmt: skip
+        store: FilesStore | KubeStore
+        if opts.kubernetes:
+            cluster, kubeconfig = start_cluster(workdir / "cluster")
+            store = KubeStore(cluster.admin, echo_port)
+            command += [
+                "--kubernetes", "--kubeconfig", str(kubeconfig),
+                "--dns-resolver", f"127.0.0.1:{dns_port}", "--egress-denied-cidrs", "127.0.0.66/32",
+            ]  # fmt: skip
+        else:
+            store = FilesStore(workdir / "manifests", echo_port, rng, opts.in_place, opts.in_place_gap)
+            command += ["-f", str(workdir / "manifests")]
+        bench = Bench(cfg, store, rng, gateway_port, admin_port)
+        bench.setup()
         log = (workdir / "weir.log").open("wb")
-        weir = subprocess.Popen(
-            [
-                weir_bin, "run", "-f", str(workdir / "manifests"),
-                "--admin-address", f"127.0.0.1:{admin_port}",
-                "--access-log", "stdout", "--log-level", "warning",
-            ],
-            # Envoy writes its access log to weir's stdout itself: dropped here, at no cost to weir.
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
+        # Envoy writes its access log to weir's stdout itself: dropped here, at no cost to weir.
+        weir = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         procs.append(weir)
-        result = asyncio.run(bench.run())
+        result = {"mode": store.kind, **asyncio.run(bench.run())}
         result["weir_log_tail"] = (workdir / "weir.log").read_text(errors="replace").splitlines()[-20:]
     finally:
         for proc in reversed(procs):
             stop_process(proc)
+        if cluster is not None:
+            cluster.stop()
         if not opts.keep:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
