@@ -8,10 +8,12 @@ and no stale answer (the targets of issue 13).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "churn.py"
 
@@ -42,3 +44,39 @@ def test_churn_bench_smoke_counts_no_stable_error_and_no_stale_answer() -> None:
     assert _figure(out, "stable errors (non-2xx)") == 0, out
     assert _figure(out, "stale answers after served") == 0, out
     assert result.returncode == 0, (out + result.stderr)[-4000:]
+
+
+def _bench_module() -> Any:
+    spec = importlib.util.spec_from_file_location("churn_bench", BENCH)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_churn_bench_judges_stale_and_lost_answers() -> None:
+    """The counters the smoke test requires to be 0 do count what they name: an answer older than
+    the version reported served is stale, a 404 after a served version with no deletion is lost,
+    and neither is counted while a newer write (or a deletion) is not yet reported served."""
+    churn = _bench_module()
+    bench = churn.Bench.__new__(churn.Bench)
+    bench.tally = churn.Tally()
+    route = churn.Route("c0001", version=5, present=True, served=4, served_present=True)
+    judge = bench.judge_churned
+    judge(route, 4, True, 0, 200, "4")  # the version served
+    judge(route, 4, True, 0, 200, "5")  # newer than reported: fine
+    judge(route, 0, False, 0, 200, "1")  # nothing reported served yet
+    judge(route, 0, False, 0, 404, None)
+    assert (bench.tally.stale, bench.tally.lost, bench.tally.churned_errors) == (0, 0, 0)
+    judge(route, 4, True, 0, 200, "3")
+    judge(route, 4, False, 0, 200, "3")  # answered after its deletion (v4) was reported served
+    assert bench.tally.stale == 2
+    judge(route, 4, True, 0, 404, None)
+    assert bench.tally.lost == 1
+    route.last_delete = 5  # a deletion written after v4: a 404 is what it asks for
+    judge(route, 4, True, 0, 404, None)
+    assert bench.tally.lost == 1
+    judge(route, 4, True, 0, 503, None)
+    assert bench.tally.churned_errors == 1
+    assert bench.tally.churned_requests == 9
