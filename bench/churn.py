@@ -3,6 +3,7 @@
 Usage::
 
     python bench/churn.py                         # 100 stable, 1,000 churned, 60 s; writes results
+    python bench/churn.py --kubernetes            # the same through a real API server (KUBEBUILDER_ASSETS)
     python bench/churn.py --duration 120 --ops-rate 60
     python bench/churn.py smoke                   # 10 stable, 40 churned, 5 s; writes nothing
 
@@ -75,10 +76,14 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from controlplane import Processes, free_ports, gateway_yaml, write_atomically
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results" / "churn.json"
 ECHO_IP = "127.0.0.2"
-NAMESPACE = "churn"
+NAMESPACE = "default"
 #: The XBackend's hostname in Kubernetes mode (the API server refuses loopback EndpointSlices).
 ECHO_HOST = "echo.churn.test"
 #: How many of the routes written last get half the churned requests.
@@ -89,31 +94,24 @@ RECENT = 32
 
 
 def base_yaml(gateway_port: int, echo_port: int) -> str:
-    return f"""\
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: weir}}
-spec: {{controllerName: weir.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: churn, namespace: churn}}
-spec:
-  gatewayClassName: weir
-  listeners: [{{name: http, port: {gateway_port}, protocol: HTTP}}]
+    """controlplane's GatewayClass and Gateway ``bench`` (one listener), and Service ``echo`` at 127.0.0.2."""
+    return (
+        gateway_yaml([gateway_port])
+        + f"""\
 ---
 apiVersion: v1
 kind: Service
-metadata: {{name: echo, namespace: churn}}
+metadata: {{name: echo, namespace: {NAMESPACE}}}
 spec: {{ports: [{{name: http, port: {echo_port}}}]}}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {{name: echo-1, namespace: churn, labels: {{kubernetes.io/service-name: echo}}}}
+metadata: {{name: echo-1, namespace: {NAMESPACE}, labels: {{kubernetes.io/service-name: echo}}}}
 addressType: IPv4
 ports: [{{name: http, port: {echo_port}}}]
 endpoints: [{{addresses: [{ECHO_IP}]}}]
 """
+    )
 
 
 def route_doc(name: str, prefix: str, version: int, backend: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +121,7 @@ def route_doc(name: str, prefix: str, version: int, backend: dict[str, Any]) -> 
         "kind": "HTTPRoute",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
-            "parentRefs": [{"name": "churn"}],
+            "parentRefs": [{"name": "bench"}],
             "rules": [
                 {
                     "matches": [{"path": {"type": "PathPrefix", "value": f"/{prefix}/"}}],
@@ -140,19 +138,7 @@ def route_doc(name: str, prefix: str, version: int, backend: dict[str, Any]) -> 
     }
 
 
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------- processes
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    from weir.testkit import free_port as testkit_free_port
-
-    return testkit_free_port(host)
 
 
 def serve_echo() -> None:
@@ -174,19 +160,6 @@ def serve_echo() -> None:
         await server.stop()
 
     asyncio.run(main())
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    """SIGTERM ``proc`` by its PID, SIGKILL if it does not exit in ``timeout`` s."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(5)
 
 
 def start_cluster(folder: Path) -> tuple[Any, Path]:
@@ -370,7 +343,6 @@ class KubeStore:
         self.lock = asyncio.Lock()
 
     def setup(self, gateway_port: int, stable: int, initial: list[Route]) -> None:
-        self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         for doc in yaml.safe_load_all(base_yaml(gateway_port, self.echo_port)):
             if doc["kind"] in ("GatewayClass", "Gateway"):  # the Service's loopback slice would be refused
                 self.api.apply(doc)
@@ -782,19 +754,21 @@ def main(argv: list[str] | None = None) -> int:
         opts.kubernetes,
     )
     workdir = Path(tempfile.mkdtemp(prefix="weir-churn-"))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs = Processes()
     cluster: Any = None
     try:
-        echo = subprocess.Popen(
-            [sys.executable, __file__, "_echo"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+        echo = procs.add(
+            "echo",
+            subprocess.Popen(
+                [sys.executable, __file__, "_echo"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+            ),
         )
-        procs.append(echo)
         assert echo.stdout is not None
         ports = echo.stdout.readline().decode().split()
         if len(ports) != 2:
             raise RuntimeError("the echo server and DNS stub did not start")
         echo_port, dns_port = int(ports[0]), int(ports[1])
-        gateway_port, admin_port = free_port(), free_port()
+        gateway_port, admin_port = free_ports(2)
         rng = random.Random(cfg.seed)
         weir_bin = shutil.which("weir") or str(Path(sys.executable).with_name("weir"))
         command = [
@@ -816,13 +790,14 @@ def main(argv: list[str] | None = None) -> int:
         bench.setup()
         log = (workdir / "weir.log").open("wb")
         # Envoy writes its access log to weir's stdout itself: dropped here, at no cost to weir.
-        weir = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-        procs.append(weir)
+        procs.add(
+            "weir",
+            subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log),
+        )
         result = {"mode": store.kind, **asyncio.run(bench.run())}
         result["weir_log_tail"] = (workdir / "weir.log").read_text(errors="replace").splitlines()[-20:]
     finally:
-        for proc in reversed(procs):
-            stop_process(proc)
+        procs.stop_all()  # weir stops its Envoy
         if cluster is not None:
             cluster.stop()
         if not opts.keep:
