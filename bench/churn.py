@@ -199,6 +199,8 @@ class Route:
 
 @dataclass
 class Tally:
+    """What the clients counted (see the module doc); ``examples``: the first problems, in words."""
+
     stable_requests: int = 0
     stable_errors: int = 0
     churned_requests: int = 0
@@ -215,13 +217,14 @@ class Tally:
 
 @dataclass
 class Ops:
+    """The churn's operations, by kind and by way of writing."""
+
     adds: int = 0
     edits: int = 0
     deletes: int = 0
     atomic: int = 0
     in_place: int = 0
-    served_latency: list[float] = field(default_factory=list)
-    unreported: int = 0
+    served_latency: list[float] = field(default_factory=list)  # write finished -> reported served
 
 
 # ----------------------------------------------------------------------------- HTTP/1.1 client
@@ -636,7 +639,6 @@ class Bench:
         settled = await self.wait_settled(60)
         settle_s = time.monotonic() - settled_started
         final = await self.check_final()
-        self.ops.unreported = sum(r.served != r.version for r in self.routes)
         return self.summary(elapsed, settled, settle_s, final)
 
     def summary(
