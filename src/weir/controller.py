@@ -486,8 +486,9 @@ class Controller:
         current = self._current
         if current.translation is None or current.snapshot is None or self._ads is None:
             return
-        result = self._ads.state().ack_result(current.snapshot.version)
-        if result is None and self._carried == current.snapshot.version:
+        snapshot = current.snapshot
+        result = self._ads.state().ack_result(snapshot.version)
+        if result is None and self._carried == snapshot.version:
             return  # a retirement push in flight: nothing users see has changed
         accepted = result is not None and result.status is AckStatus.ACKED
         rejection = None
@@ -512,6 +513,11 @@ class Controller:
                     ok = await listener_bound(listener.address, listener.port)
                 if ok:
                     bound.add((listener.address, listener.port))
+        if current.snapshot is not snapshot:
+            # A change was served while the probes awaited: Envoy's answer above is not about it,
+            # and crediting it would publish the change as accepted before Envoy has it. The
+            # change set the settle event again; the next pass judges it.
+            return
         # Envoy names the listeners it could not add ("... listener(s) 127.0.0.1:8080: cannot bind ...").
         named, unusable = attribute_rejection(
             rejection, {lst.name: (lst.address, lst.port) for lst in listeners}
