@@ -21,7 +21,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controlplane import gateway_yaml, write_atomically
+from controlplane import write_atomically
+from controlplane_shapes import GATEWAY_CLASS, gateway_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 ECHO_IP = "127.0.0.2"
@@ -36,7 +37,9 @@ ECHO_HOST = "echo.churn.test"
 def base_yaml(gateway_port: int, echo_port: int) -> str:
     """controlplane's GatewayClass and Gateway ``bench`` (one listener), and Service ``echo`` at 127.0.0.2."""
     return (
-        gateway_yaml([gateway_port])
+        GATEWAY_CLASS
+        + "---\n"
+        + gateway_yaml("bench", [f"{{name: l0, port: {gateway_port}, protocol: HTTP}}"])
         + f"""\
 ---
 apiVersion: v1
