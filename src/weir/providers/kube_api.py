@@ -37,6 +37,7 @@ from lightkube.types import PatchType
 from weir.api.meta import KubeObject
 
 __all__ = [
+    "CRD",
     "LEASE",
     "SERVICE_ACCOUNT_DIR",
     "KubeApi",
@@ -87,6 +88,12 @@ def plural(kind: str) -> str:
 
 #: The Lease of leader election (``coordination.k8s.io/v1``).
 LEASE = WatchedKind("coordination.k8s.io", "v1", "Lease", "leases", True)
+
+#: CustomResourceDefinitions: weir reads one, XBackend's, for the shape of its status
+#: (:mod:`~weir.providers.kube_xbackend`).
+CRD = WatchedKind(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
 
 
 def load_config(kubeconfig: str | os.PathLike[str] | None) -> KubeConfig:

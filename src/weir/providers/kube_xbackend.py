@@ -26,7 +26,10 @@ from weir.api.xbackend_v1alpha1 import API_VERSION, SCHEMAS, Shape, XBackend
 from weir.translate.backends import SELECTOR_SERVICE_LABEL
 from weir.translate.status import reshape_xbackend_status
 
-__all__ = ["crd_shape", "headless_service", "statuses_for_crd"]
+__all__ = ["CRD_NAME", "crd_shape", "headless_service", "statuses_for_crd"]
+
+#: The name of XBackend's CRD (``<plural>.<group>``), the one CRD weir reads (RBAC: ``get`` on it only).
+CRD_NAME = f"xbackends.{API_VERSION.rpartition('/')[0]}"
 
 
 def crd_shape(crd: Mapping[str, Any]) -> Shape | None:
