@@ -106,3 +106,80 @@ async def test_xbackend_status_follows_the_installed_crds_shape_and_its_replacem
             assert (await get(port, "/two")).json()["upstream"] == "api"
             assert ours(fresh_cluster, "api", after) is not None
     assert not fresh_cluster.refused_since(mark)
+
+
+def our_services(cluster: Cluster) -> list[dict[str, Any]]:
+    """The Services labelled for an XBackend in ``NS`` that an XBackend owns."""
+    items = cluster.admin.list("v1", "Service", NS, labelSelector="weir.dev/xbackend")["items"]
+    return [
+        s for s in items if any(ref["kind"] == "XBackend" for ref in s["metadata"].get("ownerReferences", []))
+    ]
+
+
+async def test_an_endpoint_selector_xbackend_gets_a_headless_service_made_and_removed_by_weir(
+    fresh_cluster: Cluster,
+) -> None:
+    """weir (the leader) creates one headless Service per EndpointSelector XBackend, owned by it and
+    labelled ``weir.dev/xbackend``; a new selector is a new Service (the old one deleted); a change of
+    type deletes it. A Service with the label but no XBackend ownerReference is someone else's and is
+    never touched. (No garbage collector runs here: the ownerReference is checked, not exercised.)"""
+    admin = fresh_cluster.admin
+    install_crds(admin, [xbackend_crd("main")])
+    kubeconfig = fresh_cluster.kubeconfig("weir", WEIR_TOKEN, namespace=LEASE_NAMESPACE)
+    mark = fresh_cluster.audit_mark()
+    pods: dict[str, Any] = {
+        "apiVersion": XB,
+        "kind": "XBackend",
+        "metadata": {"name": "pods", "namespace": NS},
+        "spec": {
+            "type": "EndpointSelector",
+            "endpointSelector": {"matchLabels": {"app": "web"}},
+            "port": {"number": 8080},
+        },
+    }
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "theirs", "namespace": NS, "labels": {"weir.dev/xbackend": "pods"}},
+        "spec": {"clusterIP": "None", "selector": {"app": "other"}, "ports": [{"port": 80}]},
+    }
+    admin.apply_all([pods, theirs])
+    uid = admin.get(XB, "XBackend", NS, "pods")["metadata"]["uid"]  # type: ignore[index]
+    options = KubernetesOptions(kubeconfig=str(kubeconfig), timing=TIMING)
+    async with running_weir(options) as (_controller, provider):
+        [svc] = await eventually(lambda: our_services(fresh_cluster), timeout=15)
+        assert svc["metadata"]["name"].startswith("pods-")
+        assert svc["metadata"]["labels"] == {"weir.dev/xbackend": "pods"}
+        [owner] = svc["metadata"]["ownerReferences"]
+        assert (owner["apiVersion"], owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            XB,
+            "XBackend",
+            "pods",
+            uid,
+            True,
+        )
+        assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"] == {"app": "web"}
+        assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, 8080)]
+        first = svc["metadata"]["name"]
+
+        pods["spec"]["endpointSelector"] = {"matchLabels": {"app": "web", "tier": "v2"}}
+        admin.apply(pods)
+
+        def replaced() -> list[dict[str, Any]]:
+            found = our_services(fresh_cluster)
+            return found if [s["metadata"]["name"] != first for s in found] == [True] else []
+
+        [svc] = await eventually(replaced, timeout=15)
+        assert svc["spec"]["selector"] == {"app": "web", "tier": "v2"}
+
+        pods["spec"] = {
+            "type": "ExternalHostname",
+            "externalHostname": {"hostname": API_HOST},
+            "port": {"number": 8080},
+        }
+        admin.apply(pods)
+        await eventually(lambda: not our_services(fresh_cluster), timeout=15)
+        assert provider.selector_services is not None
+        assert (provider.selector_services.created, provider.selector_services.deleted) == (2, 2)
+    assert admin.get("v1", "Service", NS, "theirs") is not None
+    assert not fresh_cluster.refused_since(mark)

@@ -230,6 +230,8 @@ def status_kinds_written() -> set[str]:
 EVENTS = (EVENT.group, EVENT.plural, "create")
 #: The one object weir reads without watching its kind: XBackend's CRD, for its status's shape.
 XBACKEND_CRD = (CRD.group, CRD.plural, "get")
+#: The headless Services of EndpointSelector XBackends (weir.providers.kube_selector).
+SELECTOR_SERVICES = {("", "services", "create"), ("", "services", "delete")}
 
 
 def test_clusterrole_reads_every_kind_weir_watches_and_nothing_else() -> None:
@@ -240,7 +242,9 @@ def test_clusterrole_reads_every_kind_weir_watches_and_nothing_else() -> None:
         f"missing: {sorted(watched - reads)}; not watched by weir: {sorted(reads - watched)}"
     )
     for group, resource in watched:
-        verbs = {v for (g, r, v) in granted if (g, r) == (group, resource)}
+        verbs = {
+            v for (g, r, v) in granted if (g, r) == (group, resource) and (g, r, v) not in SELECTOR_SERVICES
+        }
         assert verbs == {"get", "list", "watch"}, f"{group}/{resource}: {sorted(verbs)}"
         assert granted[group, resource, "list"] is None  # cluster-wide, every name
 
@@ -255,7 +259,12 @@ def test_watched_kinds_are_the_kinds_weir_reads() -> None:
 def test_clusterrole_patches_only_the_status_of_what_weir_reports_on() -> None:
     granted = grants(the("ClusterRole"))
     assert EVENTS in granted
-    writes = {(g, r, v) for (g, r, v) in granted if v not in ("get", "list", "watch") and (g, r, v) != EVENTS}
+    assert set(granted) >= SELECTOR_SERVICES
+    writes = {
+        (g, r, v)
+        for (g, r, v) in granted
+        if v not in ("get", "list", "watch") and (g, r, v) != EVENTS and (g, r, v) not in SELECTOR_SERVICES
+    }
     assert granted[XBACKEND_CRD] == (CRD_NAME,), "one CRD, by name"
     assert not [g for g in granted if g[:2] == XBACKEND_CRD[:2] and g != XBACKEND_CRD], "get only"
     assert writes, "no status write granted"

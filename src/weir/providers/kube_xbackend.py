@@ -68,7 +68,10 @@ def headless_service(xb: XBackend) -> dict[str, Any] | None:
 
     Its EndpointSlices (made by Kubernetes) are what translation serves; the
     ownerReference deletes it with the XBackend; ``generateName`` keeps its
-    DNS name from becoming something users rely on.
+    DNS name from becoming something users rely on. No ``blockOwnerDeletion``:
+    where the OwnerReferencesPermissionEnforcement admission plugin is on,
+    setting it needs ``update`` on ``xbackends/finalizers``, and nothing needs
+    an XBackend's deletion to wait for its Service.
     """
     selector = xb.spec.endpoint_selector
     if selector is None:
@@ -78,7 +81,6 @@ def headless_service(xb: XBackend) -> dict[str, Any] | None:
         "kind": XBackend.KIND,
         "name": xb.name,
         "controller": True,
-        "blockOwnerDeletion": True,
     }
     if xb.metadata.uid:
         owner["uid"] = xb.metadata.uid

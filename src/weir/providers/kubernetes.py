@@ -41,6 +41,9 @@ the statuses the controller publishes. How it is built (one module per part):
   the object holds, guarded by ``resourceVersion`` with retries on 409,
   keeping other controllers' ``parents``/``ancestors`` entries. weir's own
   write comes back as an event that changes nothing: writes converge.
+* :mod:`~weir.providers.kube_selector` — the leader's **headless Service**
+  for each EndpointSelector XBackend (created, deleted; translation reads
+  its EndpointSlices).
 * :mod:`~weir.providers.kube_xbackend` — XBackend's status in the shape of
   its **installed CRD** (``status.parents`` of v1.6 or ``status.ancestors``
   of upstream main, read from the CRD's schema at start and every
@@ -51,8 +54,8 @@ the statuses the controller publishes. How it is built (one module per part):
   — what the provider counts, for ``/metrics`` (:meth:`KubernetesProvider.collect`).
 
 :data:`WATCHED` lists what is read (the deployment's RBAC grants exactly
-list/watch on these, ``patch`` on their ``status``, Leases, ``create`` on Events, and ``get`` on
-XBackend's CRD alone). It follows
+list/watch on these, ``patch`` on their ``status``, Leases, ``create`` on Events, ``create`` and
+``delete`` on Services, and ``get`` on XBackend's CRD alone). It follows
 :data:`weir.api.registry.MODELS`: a kind weir reads in files, it reads in a
 cluster.
 """
@@ -84,6 +87,7 @@ from weir.providers.kube_api import CRD, KubeApi, WatchedKind, describe, load_co
 from weir.providers.kube_cache import DATA_KINDS, SOURCE, CacheStats, KubeSnapshot, ObjectCache
 from weir.providers.kube_events import EventRecorder
 from weir.providers.kube_metrics import KubeMetrics
+from weir.providers.kube_selector import SelectorServices
 from weir.providers.kube_status import StatusWriter
 from weir.providers.kube_watch import Backoff, KindWatcher, Outage, WatchTiming
 from weir.providers.kube_xbackend import CRD_NAME, crd_shape, statuses_for_crd
@@ -165,6 +169,7 @@ class KubernetesProvider:
         self.watchers: list[KindWatcher] = []
         self.elector: LeaderElector | None = None
         self.writer: StatusWriter | None = None
+        self.selector_services: SelectorServices | None = None
         self.events: EventRecorder | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._snapshot: KubeSnapshot | None = None
@@ -227,12 +232,13 @@ class KubernetesProvider:
             identity = lease.identity if lease is not None else default_identity()
             self.events = EventRecorder(api, options.controller_name, identity, self.metrics)
             self._tasks.append(asyncio.create_task(self.events.run(), name="weir-events"))
+        is_leader = (lambda: elector.is_leader) if elector is not None else (lambda: True)
         self.writer = StatusWriter(
             api,
             self.cache,
             {k.kind: k for k in options.kinds},
             options.controller_name,
-            (lambda: elector.is_leader) if elector is not None else (lambda: True),
+            is_leader,
             Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
             self._outage,
             self.metrics,
@@ -241,6 +247,14 @@ class KubernetesProvider:
         self._tasks.append(asyncio.create_task(self.writer.run(), name="weir-status-writer"))
         if self._writes_xbackends:
             self._tasks.append(asyncio.create_task(self._follow_xbackend_crd(api), name="weir-xbackend-crd"))
+            self.selector_services = SelectorServices(
+                api,
+                options.namespaces,
+                is_leader,
+                Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
+            )
+            services = asyncio.create_task(self.selector_services.run(), name="weir-selector-services")
+            self._tasks.append(services)
         if elector is not None:
             self._tasks.append(asyncio.create_task(elector.run(), name="weir-leader-election"))
 
@@ -296,6 +310,8 @@ class KubernetesProvider:
     def _leadership(self, leading: bool) -> None:
         if leading and self.writer is not None:
             self.writer.resync()
+        if leading and self.selector_services is not None:
+            self.selector_services.resync()
 
     async def stop(self) -> None:
         """Stop watching, writing and renewing; then hand the Lease back if held; close the connection."""
@@ -368,6 +384,9 @@ class KubernetesProvider:
     def _take_snapshot(self) -> KubeSnapshot:
         """The cache's snapshot, with the provider's own problem (leader election) among its problems."""
         snapshot = self.cache.snapshot()
+        if self.selector_services is not None:
+            served = all(k.kind != XBackend.KIND for k in self.cache.unserved_kinds())
+            self.selector_services.submit(snapshot.resources, served)
         problem = self.election_problem
         if problem is None:
             return snapshot
