@@ -131,9 +131,10 @@ class SelectorServices:
         self.created = 0
         self.deleted = 0
 
-    def submit(self, resources: Resources, xbackends_served: bool) -> None:
+    def submit(self, resources: Resources) -> None:
         """What a snapshot says: compared again only if the XBackends' wishes or the labelled
         Services changed."""
+        xbackends_served = XBackend.KIND not in resources.unserved
         wanted = wanted_services(resources.all(XBackend))
         labelled = sorted(
             (s.namespace, s.name, s.metadata.resource_version or "")

@@ -385,8 +385,7 @@ class KubernetesProvider:
         """The cache's snapshot, with the provider's own problem (leader election) among its problems."""
         snapshot = self.cache.snapshot()
         if self.selector_services is not None:
-            served = all(k.kind != XBackend.KIND for k in self.cache.unserved_kinds())
-            self.selector_services.submit(snapshot.resources, served)
+            self.selector_services.submit(snapshot.resources)
         problem = self.election_problem
         if problem is None:
             return snapshot
