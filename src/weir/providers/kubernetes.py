@@ -179,6 +179,7 @@ class KubernetesProvider:
         #: The shape of XBackend's installed CRD (``None``: not known, no CRD, or neither shape).
         self.xbackend_shape: Shape | None = None
         self._published: Mapping[ObjectKey, dict[str, Any]] = {}
+        self._crd_problem: str | None = None  # what is wrong with XBackend's CRD, said once
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -269,19 +270,19 @@ class KubernetesProvider:
         the shape as it was: statuses then keep the shape each object was
         read in, which is the CRD's unless the CRD changed under the object.
         """
+        problem: str | None = None
         try:
             crd = await api.get(CRD, "", CRD_NAME)
         except Exception as exc:
-            log.warning(
-                "cannot read the CRD %s for the shape of XBackend status: %s; writing each XBackend's "
-                "status in the shape it was read in",
-                CRD_NAME,
-                describe(exc),
-            )
-            return False
+            crd, problem = None, f"cannot read the CRD {CRD_NAME}: {describe(exc)}"
         shape = crd_shape(crd) if crd is not None else None
-        if shape is None and crd is not None:
-            log.warning("the CRD %s has neither status.parents nor status.ancestors", CRD_NAME)
+        if crd is not None and shape is None:
+            problem = f"the CRD {CRD_NAME} has neither status.parents nor status.ancestors"
+        if problem is not None and problem != self._crd_problem:
+            log.warning("%s; writing each XBackend's status in the shape it was read in", problem)
+        self._crd_problem = problem
+        if crd is None and problem is not None:
+            return False  # unreadable: keep the shape known
         if shape == self.xbackend_shape:
             return False
         if shape is not None:
