@@ -37,6 +37,19 @@ def crds_for_tests() -> list[dict[str, Any]]:
     return crds
 
 
+def xbackend_crd(shape: str) -> dict[str, Any]:
+    """XBackend's CRD from ``weir crds --xbackend SHAPE`` (``v1.6`` or ``main``), run as a user would."""
+    out = subprocess.run(
+        [sys.executable, "-c", "from weir.cli import main; main()", "crds", "--xbackend", shape],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    found = [doc for doc in yaml.safe_load_all(out) if doc and doc["spec"]["names"]["kind"] == "XBackend"]
+    assert len(found) == 1, f"weir crds --xbackend {shape} printed {len(found)} XBackend CRDs"
+    return found[0]
+
+
 def install_crds(api: Api, crds: list[dict[str, Any]]) -> None:
     for crd in crds:
         api.apply(crd)

@@ -37,7 +37,9 @@ from weir.controller import Controller, Options
 from weir.envoy import EnvoyProcess
 from weir.loader import load_paths
 from weir.providers.files import FilesProvider
+from weir.providers.kube_api import CRD
 from weir.providers.kube_events import EVENT
+from weir.providers.kube_xbackend import CRD_NAME
 from weir.providers.kubernetes import WATCHED
 from weir.testkit import DnsStub, RecordingUpstream, UpstreamResponse, free_port, make_ca, server_ssl_context
 from weir.translate import Settings
@@ -226,17 +228,23 @@ def status_kinds_written() -> set[str]:
 
 #: The one object weir creates: Events about what it reports on (weir.providers.kube_events).
 EVENTS = (EVENT.group, EVENT.plural, "create")
+#: The one object weir reads without watching its kind: XBackend's CRD, for its status's shape.
+XBACKEND_CRD = (CRD.group, CRD.plural, "get")
+#: The headless Services of EndpointSelector XBackends (weir.providers.kube_selector).
+SELECTOR_SERVICES = {("", "services", "create"), ("", "services", "delete")}
 
 
 def test_clusterrole_reads_every_kind_weir_watches_and_nothing_else() -> None:
     granted = grants(the("ClusterRole"))
-    reads = {(g, r) for (g, r, v) in granted if "/" not in r and (g, r, v) != EVENTS}
+    reads = {(g, r) for (g, r, v) in granted if "/" not in r and (g, r, v) not in (EVENTS, XBACKEND_CRD)}
     watched = {(k.group, k.plural) for k in WATCHED}
     assert reads == watched, (
         f"missing: {sorted(watched - reads)}; not watched by weir: {sorted(reads - watched)}"
     )
     for group, resource in watched:
-        verbs = {v for (g, r, v) in granted if (g, r) == (group, resource)}
+        verbs = {
+            v for (g, r, v) in granted if (g, r) == (group, resource) and (g, r, v) not in SELECTOR_SERVICES
+        }
         assert verbs == {"get", "list", "watch"}, f"{group}/{resource}: {sorted(verbs)}"
         assert granted[group, resource, "list"] is None  # cluster-wide, every name
 
@@ -251,7 +259,14 @@ def test_watched_kinds_are_the_kinds_weir_reads() -> None:
 def test_clusterrole_patches_only_the_status_of_what_weir_reports_on() -> None:
     granted = grants(the("ClusterRole"))
     assert EVENTS in granted
-    writes = {(g, r, v) for (g, r, v) in granted if v not in ("get", "list", "watch") and (g, r, v) != EVENTS}
+    assert set(granted) >= SELECTOR_SERVICES
+    writes = {
+        (g, r, v)
+        for (g, r, v) in granted
+        if v not in ("get", "list", "watch") and (g, r, v) != EVENTS and (g, r, v) not in SELECTOR_SERVICES
+    }
+    assert granted[XBACKEND_CRD] == (CRD_NAME,), "one CRD, by name"
+    assert not [g for g in granted if g[:2] == XBACKEND_CRD[:2] and g != XBACKEND_CRD], "get only"
     assert writes, "no status write granted"
     by_kind = {k.kind: k for k in WATCHED}
     written = status_kinds_written()
@@ -647,6 +662,7 @@ async def test_rbac_allows_every_request_weir_makes_in_the_pod() -> None:
     for kind in WATCHED:
         assert {(kind.group, kind.plural, "list"), (kind.group, kind.plural, "watch")} <= verbs, kind
     assert ("gateway.networking.k8s.io", "gateways/status", "patch") in verbs
+    assert XBACKEND_CRD in verbs  # the shape of XBackend status, read from its CRD
     assert ("coordination.k8s.io", "leases", "create") in verbs
 
 

@@ -48,7 +48,7 @@ def test_merge_keeps_other_controllers_as_they_are_now_and_unchanged_transition_
             parent(OURS, "gw", cond("Accepted", "True", "Accepted", "2024-01-01T00:00:00Z")),
         ]
     }
-    out = merged_status(desired(), current, OURS)
+    out = merged_status(desired(), current, OURS, "HTTPRoute")
     assert out == current, "same status and reason: the object's time stays, nothing to write"
     changed = merged_status(
         {
@@ -58,12 +58,30 @@ def test_merge_keeps_other_controllers_as_they_are_now_and_unchanged_transition_
         },
         current,
         OURS,
+        "HTTPRoute",
     )
     assert changed["parents"][0] == current["parents"][0]
     assert changed["parents"][1]["conditions"][0]["lastTransitionTime"] == "2025-06-01T00:00:00Z"
     # The cap of the Gateway API: 32 parents.
     many = {"parents": [parent(THEIRS, f"g{i}") for i in range(40)]}
-    assert len(merged_status(desired(), many, OURS)["parents"]) == 32
+    assert len(merged_status(desired(), many, OURS, "HTTPRoute")["parents"]) == 32
+
+
+def ancestor(controller: str, gateway: str) -> dict[str, Any]:
+    return {"ancestorRef": {"name": gateway}, "controllerName": controller, "conditions": []}
+
+
+def test_an_xbackends_ancestors_are_capped_at_32_and_a_policys_at_16() -> None:
+    """An XBackend of upstream main's shape keeps ``status.parents``' cap (32) under its new name
+    ``ancestors``; a policy's ``ancestors`` (``PolicyStatus``) hold 16. Every ``ancestors`` list
+    used to be cut at 16, which dropped weir's own entries behind 16 of other controllers'."""
+    theirs = {"ancestors": [ancestor(THEIRS, f"g{i}") for i in range(20)]}
+    ours = {"ancestors": [ancestor(OURS, "gw")]}
+    xbackend = merged_status(ours, theirs, OURS, "XBackend")["ancestors"]
+    assert len(xbackend) == 21 and xbackend[-1] == ours["ancestors"][0]
+    many = {"ancestors": [ancestor(THEIRS, f"g{i}") for i in range(40)]}
+    assert len(merged_status(ours, many, OURS, "XBackend")["ancestors"]) == 32
+    assert len(merged_status(ours, theirs, OURS, "XBackendTrafficPolicy")["ancestors"]) == 16
 
 
 @pytest.fixture

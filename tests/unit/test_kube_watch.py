@@ -230,3 +230,23 @@ async def test_a_watch_silent_past_the_servers_timeout_is_replaced_and_said_once
     assert len(silent) >= 2 and all(
         r.startswith("Service (v1): the watch connection went silent") for r in silent
     )
+
+
+async def test_relist_drops_the_open_watch_and_lists_again_and_stop_still_stops(
+    api: ApiServerDouble, tmp_path: Path
+) -> None:
+    """``relist()`` (XBackend's CRD replaced: a watch opened before decodes with the old schema)
+    ends the watch in progress and lists the kind again; events keep arriving after it, and
+    stopping the provider afterwards still ends the watcher (``async with`` returns)."""
+    api.create(route("web"))
+    async with provider(api, tmp_path) as running:
+        [watcher] = [w for w in running.provider.watchers if w.kind.kind == "HTTPRoute"]
+        await asyncio.sleep(0.2)  # watching now
+        before = watcher.lists
+        watches = api.open_watches
+        watcher.relist()
+        await running.until(lambda: watcher.lists == before + 1)
+        api.create(route("after"))
+        await running.until(lambda: running.names("HTTPRoute") == {"default/web", "default/after"})
+        await running.until(lambda: api.open_watches == watches)  # the old one closed, one new
+        assert watcher.lists == before + 1

@@ -8,7 +8,8 @@ as it parses files, so decoding them twice would only cost time and memory.
 watch from a ``resourceVersion`` with bookmarks, get, a merge patch of the
 ``status`` subresource guarded by ``metadata.resourceVersion`` (so a stale
 write is refused with ``409 Conflict`` instead of overwriting someone
-else's), and create/replace for Leases. Errors keep lightkube's exceptions;
+else's), create/replace for Leases, and create/delete for the Services of
+EndpointSelector XBackends. Errors keep lightkube's exceptions;
 :func:`status_code` and :func:`is_transient` classify them.
 """
 
@@ -37,6 +38,7 @@ from lightkube.types import PatchType
 from weir.api.meta import KubeObject
 
 __all__ = [
+    "CRD",
     "LEASE",
     "SERVICE_ACCOUNT_DIR",
     "KubeApi",
@@ -87,6 +89,12 @@ def plural(kind: str) -> str:
 
 #: The Lease of leader election (``coordination.k8s.io/v1``).
 LEASE = WatchedKind("coordination.k8s.io", "v1", "Lease", "leases", True)
+
+#: CustomResourceDefinitions: weir reads one, XBackend's, for the shape of its status
+#: (:mod:`~weir.providers.kube_xbackend`).
+CRD = WatchedKind(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
 
 
 def load_config(kubeconfig: str | os.PathLike[str] | None) -> KubeConfig:
@@ -175,10 +183,13 @@ class KubeApi:
             return None
         return namespace if namespace is not None else "*"
 
-    async def list(self, kind: WatchedKind, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
-        """Every object of ``kind`` (in ``namespace``; ``None``: all), and the list's resourceVersion."""
+    async def list(
+        self, kind: WatchedKind, namespace: str | None, *, labels: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object of ``kind`` (in ``namespace``; ``None``: all; with ``labels``, lightkube's
+        label selector, only those), and the list's resourceVersion."""
         listing = self._client.list(
-            _resource(kind), namespace=self._namespace(kind, namespace), chunk_size=500
+            _resource(kind), namespace=self._namespace(kind, namespace), chunk_size=500, labels=labels
         )
         items = [dict(item) async for item in listing]
         try:
@@ -272,6 +283,14 @@ class KubeApi:
         """Create ``obj``; ``ApiError`` 409 if it exists."""
         created = await self._client.create(_resource(kind)(obj))
         return dict(created)
+
+    async def delete(self, kind: WatchedKind, namespace: str, name: str) -> None:
+        """Delete the object; one already gone is fine."""
+        try:
+            await self._client.delete(_resource(kind), name, namespace=namespace or None)
+        except ApiError as exc:
+            if status_code(exc) != 404:
+                raise
 
     async def replace(self, kind: WatchedKind, obj: dict[str, Any]) -> dict[str, Any]:
         """Replace ``obj`` (its ``metadata.resourceVersion`` must be current: ``ApiError`` 409 if not)."""

@@ -39,7 +39,8 @@ class KubeMetrics:
             "weir_kubernetes_watch_restarts_total",
             "Watches that ended early, by kind and reason: expired (410 Gone, listed again), "
             "history_lost (the API server no longer has the version: etcd restored or wiped; listed "
-            "again), silent (a dead connection), error (any other failure; retried with backoff).",
+            "again), silent (a dead connection), error (any other failure; retried with backoff), relist "
+            "(the kind's CRD changed: listed again).",
             ["kind", "reason"],
         )
         self.status_writes = Counter(

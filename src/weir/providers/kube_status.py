@@ -12,7 +12,8 @@ API server last showed for the object:
 * **Other controllers.** In ``status.parents`` (routes, XBackends) and
   ``status.ancestors`` (policies), entries whose ``controllerName`` is not
   weir's are taken from the object as it is *now*, then weir's own follow
-  (at most 32 parents, 16 ancestors, as the Gateway API caps them).
+  (at most 32 parents, 16 ancestors of a policy, 32 of an XBackend of upstream
+  main's shape, as the Gateway API caps them: :func:`status_limits`).
 * **Optimistic concurrency.** The patch carries the ``resourceVersion`` the
   status was compared with; a ``409 Conflict`` means someone wrote in
   between: the object is read again, merged again, written again.
@@ -36,13 +37,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from weir.api.meta import ObjectKey
+from weir.api.xbackend_v1alpha1 import XBackend
 from weir.providers.kube_api import KubeApi, WatchedKind, describe, is_transient, status_code
 from weir.providers.kube_cache import ObjectCache
 from weir.providers.kube_metrics import KubeMetrics, error_code
 from weir.providers.kube_watch import Backoff, Outage
 from weir.translate.status import MAX_ANCESTORS, MAX_PARENTS
 
-__all__ = ["StatusWriter", "merged_status"]
+__all__ = ["StatusWriter", "merged_status", "status_limits"]
 
 log = logging.getLogger("weir.kubernetes.status")
 
@@ -57,14 +59,24 @@ class _Written:
     status: dict[str, Any]
 
 
+def status_limits(kind: str) -> dict[str, int]:
+    """The most entries ``kind``'s ``status.parents`` and ``status.ancestors`` may hold.
+
+    ``ancestors`` is a policy's (``PolicyStatus``: 16), except in an XBackend
+    of upstream main's shape, where it replaces ``parents`` and keeps its 32.
+    """
+    ancestors = MAX_PARENTS if kind == XBackend.KIND else MAX_ANCESTORS
+    return {"parents": MAX_PARENTS, "ancestors": ancestors}
+
+
 def merged_status(
-    desired: Mapping[str, Any], current: Mapping[str, Any] | None, controller_name: str
+    desired: Mapping[str, Any], current: Mapping[str, Any] | None, controller_name: str, kind: str
 ) -> dict[str, Any]:
-    """The status to write: ``desired`` with other controllers' entries and unchanged times from
-    ``current`` (see the module docstring). Neither argument is modified."""
+    """The status to write for an object of ``kind``: ``desired`` with other controllers' entries
+    and unchanged times from ``current`` (see the module docstring). Neither argument is modified."""
     out = copy.deepcopy(dict(desired))
     current = current or {}
-    for key, limit in (("parents", MAX_PARENTS), ("ancestors", MAX_ANCESTORS)):
+    for key, limit in status_limits(kind).items():
         if key not in out:
             continue
         ours = [
@@ -230,7 +242,7 @@ class StatusWriter:
             return  # this very status was found written at this version: no need to compare again
         for _ in range(MAX_CONFLICTS):
             version, current = live
-            body = merged_status(desired, current, self._controller_name)
+            body = merged_status(desired, current, self._controller_name, key.kind)
             if body == (current or {}):
                 self._confirmed[key] = (desired, version)
                 return

@@ -162,51 +162,82 @@ class KindWatcher:
         self.version = ""
         self.lists = 0  # how many times the kind was listed (tests and logs)
         self._failing = False
+        self._cycle: asyncio.Future[None] | None = None
+        self._relist_asked = False
 
     @property
     def where(self) -> str:
         return str(self.kind) + (f" in namespace {self.namespace}" if self.namespace else "")
 
+    def relist(self) -> None:
+        """Drop the watch in progress and list the kind again.
+
+        For a kind whose CRD was replaced: a watch open before goes on sending
+        objects decoded with the old schema (fields of the new one pruned)
+        until it ends, which can take its whole timeout (measured on
+        kube-apiserver v1.32: an XBackend created with ``port.number`` after
+        its CRD changed to upstream main's came through a watch opened before
+        as ``port: {}``).
+        """
+        self._relist_asked = True
+        if self._cycle is not None:
+            self._cycle.cancel()
+
     async def run(self) -> None:
         """List and watch until cancelled (see the module docstring)."""
         while True:
+            self._cycle = asyncio.ensure_future(self._step())
             try:
-                if not self.version:
-                    await self._list()
-                await self._watch()
-            except _Gone:
-                # Routine (history is compacted every few minutes): relisting is the cure.
-                log.debug(
-                    "%s: watch expired (410 Gone) at version %s; listing again", self.where, self.version
-                )
-                self._metrics.watch_restarts.inc(self.kind.kind, "expired")
-                self.version = ""
-            except _HistoryLost as lost:
-                log.warning(
-                    "%s: the API server does not have version %s (%s): its storage was restored or "
-                    "wiped; listing again",
-                    self.where,
-                    self.version,
-                    lost,
-                )
-                self._metrics.watch_restarts.inc(self.kind.kind, "history_lost")
-                self.version = ""
-            except _NotServed:
-                self.version = ""
-                self._cache.unserved(self.kind, self.namespace)
-                self.synced.set()
-                await asyncio.sleep(self._timing.reprobe_s)
+                await self._cycle
             except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._report(exc)
-                self._metrics.api_errors.inc(error_code(exc))
-                self._metrics.watch_restarts.inc(self.kind.kind, "error")
-                if not is_transient(exc):
-                    # Forbidden, say: retrying will not fix it soon, and weir should not wait for it
-                    # to start serving what it can read (the error is logged; the kind stays empty).
-                    self.synced.set()
-                await self._backoff.wait()
+                task = asyncio.current_task()
+                if not self._relist_asked or (task is not None and task.cancelling()):
+                    raise
+            finally:
+                self._cycle = None
+            if self._relist_asked:
+                self._relist_asked = False
+                log.info("%s: listing again (its CRD changed)", self.where)
+                self._metrics.watch_restarts.inc(self.kind.kind, "relist")
+                self.version = ""
+
+    async def _step(self) -> None:
+        """List if needed and watch once, or handle why that failed (one turn of :meth:`run`)."""
+        try:
+            if not self.version:
+                await self._list()
+            await self._watch()
+        except _Gone:
+            # Routine (history is compacted every few minutes): relisting is the cure.
+            log.debug("%s: watch expired (410 Gone) at version %s; listing again", self.where, self.version)
+            self._metrics.watch_restarts.inc(self.kind.kind, "expired")
+            self.version = ""
+        except _HistoryLost as lost:
+            log.warning(
+                "%s: the API server does not have version %s (%s): its storage was restored or "
+                "wiped; listing again",
+                self.where,
+                self.version,
+                lost,
+            )
+            self._metrics.watch_restarts.inc(self.kind.kind, "history_lost")
+            self.version = ""
+        except _NotServed:
+            self.version = ""
+            self._cache.unserved(self.kind, self.namespace)
+            self.synced.set()
+            await asyncio.sleep(self._timing.reprobe_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._report(exc)
+            self._metrics.api_errors.inc(error_code(exc))
+            self._metrics.watch_restarts.inc(self.kind.kind, "error")
+            if not is_transient(exc):
+                # Forbidden, say: retrying will not fix it soon, and weir should not wait for it
+                # to start serving what it can read (the error is logged; the kind stays empty).
+                self.synced.set()
+            await self._backoff.wait()
 
     def _report(self, exc: BaseException) -> None:
         """Log a failed call: an outage once for all kinds (see :class:`Outage`), any other error

@@ -26,7 +26,10 @@ from weir.api.xbackend_v1alpha1 import API_VERSION, SCHEMAS, Shape, XBackend
 from weir.translate.backends import SELECTOR_SERVICE_LABEL
 from weir.translate.status import reshape_xbackend_status
 
-__all__ = ["crd_shape", "headless_service", "statuses_for_crd"]
+__all__ = ["CRD_NAME", "crd_shape", "headless_service", "statuses_for_crd"]
+
+#: The name of XBackend's CRD (``<plural>.<group>``), the one CRD weir reads (RBAC: ``get`` on it only).
+CRD_NAME = f"xbackends.{API_VERSION.rpartition('/')[0]}"
 
 
 def crd_shape(crd: Mapping[str, Any]) -> Shape | None:
@@ -65,7 +68,10 @@ def headless_service(xb: XBackend) -> dict[str, Any] | None:
 
     Its EndpointSlices (made by Kubernetes) are what translation serves; the
     ownerReference deletes it with the XBackend; ``generateName`` keeps its
-    DNS name from becoming something users rely on.
+    DNS name from becoming something users rely on. No ``blockOwnerDeletion``:
+    where the OwnerReferencesPermissionEnforcement admission plugin is on,
+    setting it needs ``update`` on ``xbackends/finalizers``, and nothing needs
+    an XBackend's deletion to wait for its Service.
     """
     selector = xb.spec.endpoint_selector
     if selector is None:
@@ -75,7 +81,6 @@ def headless_service(xb: XBackend) -> dict[str, Any] | None:
         "kind": XBackend.KIND,
         "name": xb.name,
         "controller": True,
-        "blockOwnerDeletion": True,
     }
     if xb.metadata.uid:
         owner["uid"] = xb.metadata.uid

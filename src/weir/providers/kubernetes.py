@@ -41,13 +41,21 @@ the statuses the controller publishes. How it is built (one module per part):
   the object holds, guarded by ``resourceVersion`` with retries on 409,
   keeping other controllers' ``parents``/``ancestors`` entries. weir's own
   write comes back as an event that changes nothing: writes converge.
+* :mod:`~weir.providers.kube_selector` — the leader's **headless Service**
+  for each EndpointSelector XBackend (created, deleted; translation reads
+  its EndpointSlices).
+* :mod:`~weir.providers.kube_xbackend` — XBackend's status in the shape of
+  its **installed CRD** (``status.parents`` of v1.6 or ``status.ancestors``
+  of upstream main, read from the CRD's schema at start and every
+  ``reprobe_s``): an API server silently drops a status in the other shape.
 
 * :mod:`~weir.providers.kube_events` — **Events** for the condition
   changes the leader writes (rate-limited); :mod:`~weir.providers.kube_metrics`
   — what the provider counts, for ``/metrics`` (:meth:`KubernetesProvider.collect`).
 
 :data:`WATCHED` lists what is read (the deployment's RBAC grants exactly
-list/watch on these, ``patch`` on their ``status``, Leases, and ``create`` on Events). It follows
+list/watch on these, ``patch`` on their ``status``, Leases, ``create`` on Events, ``create`` and
+``delete`` on Services, and ``get`` on XBackend's CRD alone). It follows
 :data:`weir.api.registry.MODELS`: a kind weir reads in files, it reads in a
 cluster.
 """
@@ -71,14 +79,18 @@ from lightkube import KubeConfig
 from weir import DEFAULT_CONTROLLER_NAME
 from weir.api import registry
 from weir.api.meta import ObjectKey
+from weir.api.xbackend_v1alpha1 import SCHEMAS as XBACKEND_SCHEMAS
+from weir.api.xbackend_v1alpha1 import Shape, XBackend
 from weir.loader import Problem
 from weir.metrics import MetricFamily, gauge
-from weir.providers.kube_api import KubeApi, WatchedKind, describe, load_config
+from weir.providers.kube_api import CRD, KubeApi, WatchedKind, describe, load_config
 from weir.providers.kube_cache import DATA_KINDS, SOURCE, CacheStats, KubeSnapshot, ObjectCache
 from weir.providers.kube_events import EventRecorder
 from weir.providers.kube_metrics import KubeMetrics
+from weir.providers.kube_selector import SelectorServices
 from weir.providers.kube_status import StatusWriter
 from weir.providers.kube_watch import Backoff, KindWatcher, Outage, WatchTiming
+from weir.providers.kube_xbackend import CRD_NAME, crd_shape, statuses_for_crd
 from weir.providers.leader import LeaderElector, LeaseSettings
 
 __all__ = [
@@ -157,12 +169,17 @@ class KubernetesProvider:
         self.watchers: list[KindWatcher] = []
         self.elector: LeaderElector | None = None
         self.writer: StatusWriter | None = None
+        self.selector_services: SelectorServices | None = None
         self.events: EventRecorder | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._snapshot: KubeSnapshot | None = None
         self._fetch_backoff = Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s)
         self._outage = Outage()
         self.metrics = KubeMetrics()
+        #: The shape of XBackend's installed CRD (``None``: not known, no CRD, or neither shape).
+        self.xbackend_shape: Shape | None = None
+        self._published: Mapping[ObjectKey, dict[str, Any]] = {}
+        self._crd_problem: str | None = None  # what is wrong with XBackend's CRD, said once
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -194,6 +211,8 @@ class KubernetesProvider:
             await self._fetch_wanted()
             self._changed.clear()
             if options.write_status:
+                if self._writes_xbackends:
+                    await self._read_xbackend_crd(api)
                 self._start_status(api)
             self._snapshot = self._take_snapshot()
         except BaseException:
@@ -214,24 +233,86 @@ class KubernetesProvider:
             identity = lease.identity if lease is not None else default_identity()
             self.events = EventRecorder(api, options.controller_name, identity, self.metrics)
             self._tasks.append(asyncio.create_task(self.events.run(), name="weir-events"))
+        is_leader = (lambda: elector.is_leader) if elector is not None else (lambda: True)
         self.writer = StatusWriter(
             api,
             self.cache,
             {k.kind: k for k in options.kinds},
             options.controller_name,
-            (lambda: elector.is_leader) if elector is not None else (lambda: True),
+            is_leader,
             Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
             self._outage,
             self.metrics,
             on_written=self.events.written if self.events is not None else None,
         )
         self._tasks.append(asyncio.create_task(self.writer.run(), name="weir-status-writer"))
+        if self._writes_xbackends:
+            self._tasks.append(asyncio.create_task(self._follow_xbackend_crd(api), name="weir-xbackend-crd"))
+            self.selector_services = SelectorServices(
+                api,
+                options.namespaces,
+                is_leader,
+                Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
+            )
+            services = asyncio.create_task(self.selector_services.run(), name="weir-selector-services")
+            self._tasks.append(services)
         if elector is not None:
             self._tasks.append(asyncio.create_task(elector.run(), name="weir-leader-election"))
+
+    @property
+    def _writes_xbackends(self) -> bool:
+        return any(k.kind == XBackend.KIND for k in self.options.kinds)
+
+    async def _read_xbackend_crd(self, api: KubeApi) -> bool:
+        """Read XBackend's CRD for the shape its status has; whether the shape known changed.
+
+        A CRD that cannot be read (absent, RBAC, the API server away) leaves
+        the shape as it was: statuses then keep the shape each object was
+        read in, which is the CRD's unless the CRD changed under the object.
+        """
+        problem: str | None = None
+        try:
+            crd = await api.get(CRD, "", CRD_NAME)
+        except Exception as exc:
+            crd, problem = None, f"cannot read the CRD {CRD_NAME}: {describe(exc)}"
+        shape = crd_shape(crd) if crd is not None else None
+        if crd is not None and shape is None:
+            problem = f"the CRD {CRD_NAME} has neither status.parents nor status.ancestors"
+        if problem is not None and problem != self._crd_problem:
+            log.warning("%s; writing each XBackend's status in the shape it was read in", problem)
+        self._crd_problem = problem
+        if crd is None and problem is not None:
+            return False  # unreadable: keep the shape known
+        if shape == self.xbackend_shape:
+            return False
+        if shape is not None:
+            log.info(
+                "XBackend's CRD has the %s shape: its status is written as status.%s",
+                shape,
+                XBACKEND_SCHEMAS[shape].status_list,
+            )
+        self.xbackend_shape = shape
+        return True
+
+    async def _follow_xbackend_crd(self, api: KubeApi) -> None:
+        """Read XBackend's CRD again every ``reprobe_s`` (installed, or replaced by the other shape)."""
+        while True:
+            await asyncio.sleep(self.options.timing.reprobe_s)
+            before = self.xbackend_shape
+            if not await self._read_xbackend_crd(api):
+                continue
+            if before is not None:  # replaced: watches opened before still decode with the old schema
+                for watcher in self.watchers:
+                    if watcher.kind.kind == XBackend.KIND:
+                        watcher.relist()
+            if self.writer is not None:
+                self.writer.submit(statuses_for_crd(self._published, self.xbackend_shape))
 
     def _leadership(self, leading: bool) -> None:
         if leading and self.writer is not None:
             self.writer.resync()
+        if leading and self.selector_services is not None:
+            self.selector_services.resync()
 
     async def stop(self) -> None:
         """Stop watching, writing and renewing; then hand the Lease back if held; close the connection."""
@@ -295,12 +376,17 @@ class KubernetesProvider:
 
     def write_status(self, statuses: Mapping[ObjectKey, dict[str, Any]]) -> None:
         """The statuses weir publishes now; the leader writes those that differ, in the background."""
+        self._published = statuses
         if self.writer is not None:
-            self.writer.submit(statuses)
+            self.writer.submit(
+                statuses if self.xbackend_shape is None else statuses_for_crd(statuses, self.xbackend_shape)
+            )
 
     def _take_snapshot(self) -> KubeSnapshot:
         """The cache's snapshot, with the provider's own problem (leader election) among its problems."""
         snapshot = self.cache.snapshot()
+        if self.selector_services is not None:
+            self.selector_services.submit(snapshot.resources)
         problem = self.election_problem
         if problem is None:
             return snapshot
