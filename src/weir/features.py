@@ -6,8 +6,8 @@ maps to the cases of ``tests/conformance`` that show it, named after the
 upstream conformance tests; ``tests/conformance/test_features.py`` fails if a
 listed case is missing or pending. A feature is listed only when a case
 shows it: what weir does beyond them (WebSocket backends, request mirrors,
-TCPRoute, ...) is tested elsewhere but not claimed here until a conformance
-case covers it.
+...) is tested elsewhere but not claimed here until a conformance case covers
+it.
 """
 
 from __future__ import annotations
@@ -47,8 +47,15 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteRequestTimeout": ("HTTPRouteTimeoutRequest",),
     "HTTPRouteResponseHeaderModification": ("HTTPRouteResponseHeaderModifier",),
     "HTTPRouteSchemeRedirect": ("HTTPRouteRedirectScheme", "HTTPRouteRedirectPortAndScheme"),
+    "ListenerSet": ("ListenerSetDefaultNotAllowed", "ListenerSetAllowedNamespaceSelector"),
     "ReferenceGrant": ("HTTPRouteReferenceGrant", "GatewaySecretReferenceGrantSpecific"),
+    "TCPRoute": ("TCPRouteParentRefPortAndSectionName", "TCPRouteReferenceGrant"),
     "TLSRoute": ("TLSRouteSimpleSameNamespace", "TLSRouteListenerHostnameMatching"),
+    "UDPRoute": (
+        "UDPRoute",
+        "UDPRouteParentRefPortAndSectionName",
+        "UDPRouteInvalidCrossNamespaceBackendRef",
+    ),
 }
 
 #: The names, sorted as ``status.supportedFeatures`` lists them.

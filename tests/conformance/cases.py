@@ -125,9 +125,15 @@ class Request:
     #: With ``scheme="https"``: the client certificate presented (a key of
     #: :data:`~tests.conformance.harness.CLIENT_CERTIFICATES`), or none.
     client_cert: str | None = None
+    #: Not HTTP: this one datagram is sent to a UDP listener, and the datagram that answers
+    #: (a UDP pod's JSON) is compared with ``Expect`` as the body of a 200 would be.
+    datagram: bytes | None = None
 
     def describe(self) -> str:
         extra = f" headers={list(self.headers)}" if self.headers else ""
+        if self.datagram is not None:
+            where = f"{self.gateway_namespace}/{self.gateway}:{self.port}"
+            return f"UDP datagram {self.datagram!r} via Gateway {where}"
         return (
             f"{self.method} {self.scheme}://{self.host or '<gateway address>'}{self.path} "
             f"via Gateway {self.gateway_namespace}/{self.gateway}:{self.port}{extra}"
