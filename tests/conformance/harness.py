@@ -137,6 +137,8 @@ TLS_CERTIFICATES: dict[tuple[str, str], tuple[str, ...]] = {
     (WEB_NS, "certificate"): ("example.org", "*.example.org"),
 }
 MARKER = "conformance-marker"
+BASE_FILE = "00-base.yaml"
+MARKER_FILE = "zz-marker.yaml"
 
 
 # ----------------------------------------------------------------------------- backends
@@ -255,6 +257,11 @@ class _TrackedProvider:
     The controller applies each snapshot as soon as it receives it, in the
     same task, before anything else runs: what is recorded here at the
     yield is what the controller is serving an instant later.
+
+    A snapshot counts only when it holds every file the marker names and no
+    other: the file watcher may hand over the marker's new version in a batch
+    before the one that names a file written just before it (seen once in
+    about 20 runs: a case's Gateway "has no status").
     """
 
     def __init__(self, inner: FilesProvider) -> None:
@@ -265,7 +272,14 @@ class _TrackedProvider:
 
     def _note(self, snapshot: Snapshot) -> None:
         marker = snapshot.resources.config_map(INFRA_NS, MARKER)
-        self.handed_seq = int(marker.data.get("seq", "-1")) if marker is not None else -1
+        if marker is None:
+            self.handed_seq = -1
+        else:
+            written = set(filter(None, marker.data.get("files", "").split(",")))
+            read = {os.path.basename(file) for file, _ in snapshot.origins.values()}
+            read |= {os.path.basename(p.file) for p in snapshot.problems}
+            if read - {BASE_FILE, MARKER_FILE} == written:
+                self.handed_seq = int(marker.data.get("seq", "-1"))
         if self.controller is not None:
             self.statuses_at_handing = self.controller.statuses()
 
@@ -340,6 +354,8 @@ class Conformance:
         self._ports: dict[int, int] = {}
         self._privileged = _can_bind(GATEWAY_NET + "1", 80) and _can_bind(GATEWAY_NET + "1", 443)
         self._seq = 0
+        #: The files written besides the base and the marker (the marker names them).
+        self._case_files: set[str] = set()
         self._clients: dict[str, httpx.AsyncClient] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -347,7 +363,7 @@ class Conformance:
     async def start(self) -> None:
         try:
             await self._start_pods()
-            self._write("00-base.yaml", yaml.safe_dump_all(self.base_manifests(), sort_keys=False))
+            self._write(BASE_FILE, yaml.safe_dump_all(self.base_manifests(), sort_keys=False))
             self._write_marker()
             self.provider = _TrackedProvider(FilesProvider([str(self.folder)], debounce_ms=20))
             self.controller = Controller(self.provider, Settings(), Options(admin_port=0))
@@ -609,20 +625,22 @@ class Conformance:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": MARKER, "namespace": INFRA_NS},
-            "data": {"seq": str(self._seq)},
+            "data": {"seq": str(self._seq), "files": ",".join(sorted(self._case_files))},
         }
-        self._write("zz-marker.yaml", yaml.safe_dump(marker))
+        self._write(MARKER_FILE, yaml.safe_dump(marker))
 
     async def apply(self, name: str, manifests: str, *, wait: bool = True) -> None:
         """Write ``manifests`` (YAML) as file ``name``; with ``wait``, return once weir serves them."""
         docs = [self._adjust(d) for d in yaml.safe_load_all(manifests) if d]
         self._write(f"{name}.yaml", yaml.safe_dump_all(docs, sort_keys=False))
+        self._case_files.add(f"{name}.yaml")
         if wait:
             await self.settle()
 
     async def delete(self, name: str, *, wait: bool = False) -> None:
         with contextlib.suppress(FileNotFoundError):
             (self.folder / f"{name}.yaml").unlink()
+        self._case_files.discard(f"{name}.yaml")
         if wait:
             await self.settle()
 
