@@ -47,7 +47,12 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteRequestTimeout": ("HTTPRouteTimeoutRequest",),
     "HTTPRouteResponseHeaderModification": ("HTTPRouteResponseHeaderModifier",),
     "HTTPRouteSchemeRedirect": ("HTTPRouteRedirectScheme", "HTTPRouteRedirectPortAndScheme"),
-    "ListenerSet": ("ListenerSetDefaultNotAllowed", "ListenerSetAllowedNamespaceSelector"),
+    "ListenerSet": (
+        "ListenerSetDefaultNotAllowed",
+        "ListenerSetAllowedNamespaceSelector",
+        "ListenerSetParentNotAccepted",
+        "ListenerSetUpdateListenerHostname",
+    ),
     "ReferenceGrant": ("HTTPRouteReferenceGrant", "GatewaySecretReferenceGrantSpecific"),
     "TCPRoute": ("TCPRouteParentRefPortAndSectionName", "TCPRouteReferenceGrant"),
     "TLSRoute": ("TLSRouteSimpleSameNamespace", "TLSRouteListenerHostnameMatching"),

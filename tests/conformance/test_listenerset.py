@@ -1,7 +1,8 @@
 """ListenerSet cases: listeners added to a Gateway by another object, through real Envoy.
 
-ListenerSet is standard since Gateway API v1.5. ListenerSetDefaultNotAllowed
-and ListenerSetAllowedNamespaceSelector are upstream's names
+ListenerSet is standard since Gateway API v1.5. ListenerSetDefaultNotAllowed,
+ListenerSetAllowedNamespaceSelector, ListenerSetParentNotAccepted and
+ListenerSetUpdateListenerHostname are upstream's names
 (conformance/tests/listenerset-*.go); ListenerSetListenersServed,
 ListenerSetNotAllowed and ListenerSetConflictWithGatewayListener are the
 suite's own names (the behaviour follows the API reference: the Gateway must
@@ -23,6 +24,7 @@ from .harness import (
     ListenerStatus,
     Request,
     RouteStatus,
+    Step,
     params,
     run_case,
 )
@@ -48,6 +50,32 @@ spec:
   parentRefs: [{{name: {GW}}}]
   hostnames: [gateway.example]
   rules: [{{backendRefs: [{{name: infra-backend-v2, port: 8080}}]}}]
+"""
+
+
+UPDATE_HOSTNAME = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: listenerset-hostname-gateway, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: gateway-conformance
+  allowedListeners: {{namespaces: {{from: Same}}}}
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {{name: listenerset-hostname, namespace: gateway-conformance-infra}}
+spec:
+  parentRef: {{name: listenerset-hostname-gateway}}
+  listeners: [{{name: http, port: 8086, protocol: HTTP, hostname: {hostname}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: listenerset-hostname-route, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{kind: ListenerSet, name: listenerset-hostname}}]
+  hostnames: [listenerset.example.com]
+  rules: [{{backendRefs: [{{name: infra-backend-v1, port: 8080}}]}}]
 """
 
 
@@ -174,6 +202,67 @@ spec:
             ),
         ),
         exchanges=(at("gateway.example", 80, Expect(backend="infra-backend-v2")),),
+    ),
+    Case(
+        "ListenerSetParentNotAccepted",
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-with-listenerset-not-accepted, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  allowedListeners: {namespaces: {from: Same}}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+  infrastructure:
+    parametersRef: {group: invalid.io, kind: InvalidParameters, name: invalid}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: listenerset-parent-not-accepted, namespace: gateway-conformance-infra}
+spec:
+  parentRef: {group: gateway.networking.k8s.io, kind: Gateway, name: gateway-with-listenerset-not-accepted}
+  listeners: [{name: http, port: 8085, protocol: HTTP}]
+""",
+        statuses=(
+            GatewayStatus(
+                "gateway-with-listenerset-not-accepted",
+                conditions={"Accepted": ("False", "InvalidParameters")},
+                attached_listener_sets=0,
+            ),
+            GatewayStatus(
+                "listenerset-parent-not-accepted",
+                kind="ListenerSet",
+                conditions={"Accepted": ("False", "ParentNotAccepted"), "Programmed": "False"},
+            ),
+        ),
+        exchanges=(
+            Exchange(Request(port=8085, gateway="gateway-with-listenerset-not-accepted"), Expect(error=True)),
+        ),
+    ),
+    Case(
+        "ListenerSetUpdateListenerHostname",
+        UPDATE_HOSTNAME.format(hostname="other.example.com"),
+        statuses=(
+            RouteStatus(
+                "listenerset-hostname-route",
+                gateway="listenerset-hostname",
+                conditions={"Accepted": ("False", "NoMatchingListenerHostname")},
+            ),
+        ),
+        steps=(
+            Step(
+                UPDATE_HOSTNAME.format(hostname="listenerset.example.com"),
+                statuses=(RouteStatus("listenerset-hostname-route", gateway="listenerset-hostname"),),
+                exchanges=(
+                    Exchange(
+                        Request(
+                            host="listenerset.example.com", port=8086, gateway="listenerset-hostname-gateway"
+                        ),
+                        Expect(backend="infra-backend-v1"),
+                    ),
+                ),
+            ),
+        ),
     ),
     Case(
         "ListenerSetDefaultNotAllowed",
