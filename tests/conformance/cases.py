@@ -230,6 +230,21 @@ def status(
 Manifests = str | Callable[["Conformance"], str]
 
 
+def single_rule_route(kind: str, name: str, parent: str, backend: str, namespace: str = INFRA_NS) -> str:
+    """A YAML document (after ``---``) of a ``kind`` route (TCPRoute, UDPRoute, ...) with one
+    parentRef and one rule of one backendRef; ``parent`` and ``backend`` are flow-mapping bodies
+    such as ``name: gw, port: 9300``."""
+    return f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: {kind}
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  parentRefs: [{{{parent}}}]
+  rules: [{{backendRefs: [{{{backend}}}]}}]
+"""
+
+
 @dataclass(frozen=True)
 class Step:
     """A later state of a case: its manifests replace the previous ones (same file), then checks."""

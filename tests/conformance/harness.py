@@ -99,6 +99,7 @@ from .cases import (  # the case vocabulary, re-exported: test modules import it
     ok,
     params,
     pending_marks,
+    single_rule_route,
     status,
 )
 
@@ -1036,5 +1037,6 @@ __all__ = [
     "params",
     "pending_marks",
     "run_case",
+    "single_rule_route",
     "status",
 ]

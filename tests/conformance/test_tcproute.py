@@ -20,6 +20,7 @@ from .harness import (
     RouteStatus,
     params,
     run_case,
+    single_rule_route,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -34,15 +35,7 @@ def relayed(gateway: str, port: int, backend: str, namespace: str = "gateway-con
 
 
 def tcp_route(name: str, parent: str, backend: str = "name: infra-backend-v1, port: 8080") -> str:
-    return f"""
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: TCPRoute
-metadata: {{name: {name}, namespace: gateway-conformance-infra}}
-spec:
-  parentRefs: [{{{parent}}}]
-  rules: [{{backendRefs: [{{{backend}}}]}}]
-"""
+    return single_rule_route("TCPRoute", name, parent, backend)
 
 
 CASES = [

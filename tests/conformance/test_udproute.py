@@ -21,6 +21,7 @@ from .harness import (
     RouteStatus,
     params,
     run_case,
+    single_rule_route,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -36,15 +37,7 @@ def datagram(gateway: str, port: int, expect: Expect) -> Exchange:
 
 
 def udp_route(name: str, parent: str, backend: str = "name: l4-backend, port: 53") -> str:
-    return f"""
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: UDPRoute
-metadata: {{name: {name}, namespace: gateway-conformance-infra}}
-spec:
-  parentRefs: [{{{parent}}}]
-  rules: [{{backendRefs: [{{{backend}}}]}}]
-"""
+    return single_rule_route("UDPRoute", name, parent, backend)
 
 
 CASES = [
