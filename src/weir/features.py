@@ -8,6 +8,10 @@ listed case is missing or pending. A feature is listed only when a case
 shows it: what weir does beyond them (WebSocket backends, request mirrors,
 ...) is tested elsewhere but not claimed here until a conformance case covers
 it.
+
+:data:`PROFILES` lists upstream's features by conformance profile, so that
+:func:`feature_table` can write ``docs/conformance.md``'s table: every
+feature, claimed or not, with the cases that show it.
 """
 
 from __future__ import annotations
