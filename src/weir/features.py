@@ -6,15 +6,19 @@ maps to the cases of ``tests/conformance`` that show it, named after the
 upstream conformance tests; ``tests/conformance/test_features.py`` fails if a
 listed case is missing or pending. A feature is listed only when a case
 shows it: what weir does beyond them (WebSocket backends, request mirrors,
-TCPRoute, ...) is tested elsewhere but not claimed here until a conformance
-case covers it.
+...) is tested elsewhere but not claimed here until a conformance case covers
+it.
+
+:data:`PROFILES` lists upstream's features by conformance profile, so that
+:func:`feature_table` can write ``docs/conformance.md``'s table: every
+feature, claimed or not, with the cases that show it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["FEATURES", "SUPPORTED_FEATURES"]
+__all__ = ["FEATURES", "PROFILES", "SINCE_V151", "SUPPORTED_FEATURES", "feature_table"]
 
 #: Feature name -> the conformance cases that show it.
 FEATURES: Mapping[str, tuple[str, ...]] = {
@@ -47,9 +51,132 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteRequestTimeout": ("HTTPRouteTimeoutRequest",),
     "HTTPRouteResponseHeaderModification": ("HTTPRouteResponseHeaderModifier",),
     "HTTPRouteSchemeRedirect": ("HTTPRouteRedirectScheme", "HTTPRouteRedirectPortAndScheme"),
+    "ListenerSet": (
+        "ListenerSetDefaultNotAllowed",
+        "ListenerSetAllowedNamespaceSelector",
+        "ListenerSetParentNotAccepted",
+        "ListenerSetUpdateListenerHostname",
+    ),
     "ReferenceGrant": ("HTTPRouteReferenceGrant", "GatewaySecretReferenceGrantSpecific"),
+    "TCPRoute": ("TCPRouteParentRefPortAndSectionName", "TCPRouteReferenceGrant"),
     "TLSRoute": ("TLSRouteSimpleSameNamespace", "TLSRouteListenerHostnameMatching"),
+    "UDPRoute": (
+        "UDPRoute",
+        "UDPRouteParentRefPortAndSectionName",
+        "UDPRouteInvalidCrossNamespaceBackendRef",
+    ),
 }
 
 #: The names, sorted as ``status.supportedFeatures`` lists them.
 SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted(FEATURES))
+
+
+#: Gateway API's extended Gateway features, in every Gateway profile.
+_GATEWAY_EXTENDED = (
+    "GatewayPort8080",
+    "GatewayStaticAddresses",
+    "GatewayHTTPListenerIsolation",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "GatewayInfrastructurePropagation",
+    "GatewayAddressEmpty",
+    "ListenerSet",
+    "GatewayBackendClientCertificate",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
+)
+_HTTPROUTE_EXTENDED = (
+    "HTTPRouteDestinationPortMatching",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteMethodMatching",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteSchemeRedirect",
+    "HTTPRoutePathRedirect",
+    "HTTPRouteHostRewrite",
+    "HTTPRoutePathRewrite",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestMultipleMirrors",
+    "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteParentRefPort",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteCORS",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+)
+_SESSION_PERSISTENCE = ("CookieSessionPersistence", "CookieSessionPersistencePermanentLifetime")
+
+#: Conformance profile -> (core features, extended features), as upstream's
+#: ``conformance/utils/suite/profiles.go`` composes them from ``pkg/features``.
+#: GATEWAY-UDP is not an upstream profile: UDPRoute's feature has none, and is
+#: listed here so that the table covers it.
+PROFILES: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "GATEWAY-HTTP": (
+        ("Gateway", "ReferenceGrant", "HTTPRoute"),
+        (
+            *_GATEWAY_EXTENDED,
+            *_HTTPROUTE_EXTENDED,
+            "BackendTLSPolicy",
+            "BackendTLSPolicySANValidation",
+            "BackendTLSPolicyClusterTrustBundle",
+            "GatewayFrontendClusterTrustBundle",
+            *_SESSION_PERSISTENCE,
+        ),
+    ),
+    "GATEWAY-GRPC": (
+        ("Gateway", "ReferenceGrant", "GRPCRoute"),
+        (*_GATEWAY_EXTENDED, "GRPCRouteNamedRouteRule", *_SESSION_PERSISTENCE),
+    ),
+    "GATEWAY-TLS": (
+        ("Gateway", "ReferenceGrant", "TLSRoute"),
+        (*_GATEWAY_EXTENDED, "TLSRouteModeTerminate", "TLSRouteModeMixed"),
+    ),
+    "GATEWAY-TCP": (("Gateway", "TCPRoute"), ()),
+    "GATEWAY-UDP": (("Gateway", "UDPRoute"), ()),
+}
+
+#: Features of :data:`PROFILES` that the upstream v1.5.1 conformance report of a
+#: passing implementation lists (``conformance/reports/v1.5.0/agentgateway-agentgateway/
+#: v1.1.0-report.yaml``) or that are core. The others were read in upstream's
+#: ``pkg/features`` sources after v1.5.1; which of them v1.6.1 lists was not checked
+#: against the tag (docs/conformance.md says so).
+SINCE_V151: frozenset[str] = frozenset(
+    {
+        "Gateway",
+        "ReferenceGrant",
+        "HTTPRoute",
+        "GRPCRoute",
+        "TLSRoute",
+        "TCPRoute",
+        "UDPRoute",
+        *_GATEWAY_EXTENDED,
+        *_HTTPROUTE_EXTENDED,
+        "BackendTLSPolicy",
+        "BackendTLSPolicySANValidation",
+        "TLSRouteModeTerminate",
+        "TLSRouteModeMixed",
+    }
+)
+
+
+def feature_table() -> str:
+    """docs/conformance.md's feature table (Markdown), from :data:`PROFILES` and :data:`FEATURES`."""
+    order: list[str] = []
+    for core, extended in PROFILES.values():
+        order.extend(name for name in (*core, *extended) if name not in order)
+    header = ["feature", *PROFILES, "upstream", "weir claims", "shown by (tests/conformance)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name in order:
+        levels = []
+        for core, extended in PROFILES.values():
+            levels.append("core" if name in core else "extended" if name in extended else "")
+        cases = ", ".join(FEATURES.get(name, ()))
+        claimed = "yes" if name in FEATURES else "no"
+        since = "v1.5.1" if name in SINCE_V151 else "after v1.5.1"
+        lines.append("| " + " | ".join([f"`{name}`", *levels, since, claimed, cases]) + " |")
+    return "\n".join(lines) + "\n"

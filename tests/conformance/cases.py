@@ -125,9 +125,15 @@ class Request:
     #: With ``scheme="https"``: the client certificate presented (a key of
     #: :data:`~tests.conformance.harness.CLIENT_CERTIFICATES`), or none.
     client_cert: str | None = None
+    #: Not HTTP: this one datagram is sent to a UDP listener, and the datagram that answers
+    #: (a UDP pod's JSON) is compared with ``Expect`` as the body of a 200 would be.
+    datagram: bytes | None = None
 
     def describe(self) -> str:
         extra = f" headers={list(self.headers)}" if self.headers else ""
+        if self.datagram is not None:
+            where = f"{self.gateway_namespace}/{self.gateway}:{self.port}"
+            return f"UDP datagram {self.datagram!r} via Gateway {where}"
         return (
             f"{self.method} {self.scheme}://{self.host or '<gateway address>'}{self.path} "
             f"via Gateway {self.gateway_namespace}/{self.gateway}:{self.port}{extra}"
@@ -222,6 +228,21 @@ def status(
 
 
 Manifests = str | Callable[["Conformance"], str]
+
+
+def single_rule_route(kind: str, name: str, parent: str, backend: str, namespace: str = INFRA_NS) -> str:
+    """A YAML document (after ``---``) of a ``kind`` route (TCPRoute, UDPRoute, ...) with one
+    parentRef and one rule of one backendRef; ``parent`` and ``backend`` are flow-mapping bodies
+    such as ``name: gw, port: 9300``."""
+    return f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: {kind}
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  parentRefs: [{{{parent}}}]
+  rules: [{{backendRefs: [{{{backend}}}]}}]
+"""
 
 
 @dataclass(frozen=True)

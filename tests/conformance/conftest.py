@@ -2,7 +2,7 @@
 
 Each test module gets one weir (``conformance`` fixture, module scope and
 module event loop); a module sets ``HARNESS = {"tls_backends": True}`` (or
-``grpc_backends``) for the backends it needs beyond the HTTP ones.
+``grpc_backends``, ``udp_backends``) for the backends it needs beyond the HTTP ones.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ AREAS = {
     "test_grpcroute": "GRPCRoute",
     "test_tlsroute": "TLSRoute",
     "test_backendtlspolicy": "BackendTLSPolicy",
+    "test_listenerset": "ListenerSet",
+    "test_tcproute": "TCPRoute",
+    "test_udproute": "UDPRoute",
 }
 
 

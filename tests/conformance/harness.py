@@ -17,8 +17,10 @@ The world a module gets (one weir per module, see ``conftest.py``):
   with EndpointSlices whose endpoints are distinct loopback addresses,
   127.0.2.x, one :class:`~weir.testkit.EchoHttpServer` per endpoint ("pod",
   named ``<service>-<n>``), speaking HTTP/1.1, h2c and WebSocket on one port;
-  optionally TLS backends (``tls-backend``, ``backendtlspolicy-test``) and
-  gRPC backends (``grpc-infra-backend-v1/v2/v3``);
+  optionally TLS backends (``tls-backend``, ``backendtlspolicy-test``),
+  gRPC backends (``grpc-infra-backend-v1/v2/v3``) and UDP backends
+  (``l4-backend``, UDP port 53, in the infra and app-backend namespaces: each
+  pod answers a datagram with the JSON of its identity, :class:`UdpEchoServer`);
 * TLS Secrets and a CA ConfigMap signed by a CA made for the module.
 
 Manifests are applied by writing files into the folder weir watches.
@@ -47,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -56,7 +59,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 import yaml
@@ -96,6 +99,7 @@ from .cases import (  # the case vocabulary, re-exported: test modules import it
     ok,
     params,
     pending_marks,
+    single_rule_route,
     status,
 )
 
@@ -134,6 +138,8 @@ TLS_CERTIFICATES: dict[tuple[str, str], tuple[str, ...]] = {
     (WEB_NS, "certificate"): ("example.org", "*.example.org"),
 }
 MARKER = "conformance-marker"
+BASE_FILE = "00-base.yaml"
+MARKER_FILE = "zz-marker.yaml"
 
 
 # ----------------------------------------------------------------------------- backends
@@ -144,6 +150,7 @@ class PortSpec:
     port: int
     name: str | None = None
     app_protocol: str | None = None
+    protocol: Literal["TCP", "UDP"] = "TCP"
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ class BackendSpec:
     name: str
     pods: int = 2
     ports: tuple[PortSpec, ...] = (PortSpec(8080),)
-    kind: Literal["http", "tls", "grpc"] = "http"
+    kind: Literal["http", "tls", "grpc", "udp"] = "http"
     #: For ``tls``: the names the pods' certificate is issued for.
     tls_names: tuple[str, ...] = ()
 
@@ -192,13 +199,50 @@ GRPC_BACKENDS = tuple(
     for i in (1, 2, 3)
 )
 
+UDP_BACKENDS = tuple(
+    BackendSpec(ns, "l4-backend", 2, (PortSpec(53, "dns", protocol="UDP"),), "udp")
+    for ns in (INFRA_NS, APP_NS)
+)
+
+
+class UdpEchoServer(asyncio.DatagramProtocol):
+    """A UDP "pod": answers every datagram with JSON naming the pod (``namespace``, ``pod``,
+    ``service``, as the HTTP echo does) and the ``payload`` it received."""
+
+    def __init__(self, identity: EchoIdentity, *, host: str, port: int) -> None:
+        self.identity = identity
+        self.host = host
+        self.port = port
+        self.seen: list[bytes] = []
+        self._transport: asyncio.DatagramTransport | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=(self.host, self.port))
+        self.port = transport.get_extra_info("sockname")[1]
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.DatagramTransport, transport)  # a datagram endpoint's
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        self.seen.append(data)
+        who = self.identity
+        answer = {"namespace": who.namespace, "pod": who.pod, "service": who.service}
+        answer["payload"] = data.decode(errors="replace")
+        assert self._transport is not None
+        self._transport.sendto(json.dumps(answer).encode(), addr)
+
+    async def stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
 
 @dataclass
 class Pod:
     spec: BackendSpec
     name: str
     address: str
-    server: EchoHttpServer | GrpcEchoServer
+    server: EchoHttpServer | GrpcEchoServer | UdpEchoServer
 
     @property
     def port(self) -> int:
@@ -214,6 +258,11 @@ class _TrackedProvider:
     The controller applies each snapshot as soon as it receives it, in the
     same task, before anything else runs: what is recorded here at the
     yield is what the controller is serving an instant later.
+
+    A snapshot counts only when it holds every file the marker names and no
+    other: the file watcher may hand over the marker's new version in a batch
+    before the one that names a file written just before it (seen once in
+    about 20 runs: a case's Gateway "has no status").
     """
 
     def __init__(self, inner: FilesProvider) -> None:
@@ -224,7 +273,14 @@ class _TrackedProvider:
 
     def _note(self, snapshot: Snapshot) -> None:
         marker = snapshot.resources.config_map(INFRA_NS, MARKER)
-        self.handed_seq = int(marker.data.get("seq", "-1")) if marker is not None else -1
+        if marker is None:
+            self.handed_seq = -1
+        else:
+            written = set(filter(None, marker.data.get("files", "").split(",")))
+            read = {os.path.basename(file) for file, _ in snapshot.origins.values()}
+            read |= {os.path.basename(p.file) for p in snapshot.problems}
+            if read - {BASE_FILE, MARKER_FILE} == written:
+                self.handed_seq = int(marker.data.get("seq", "-1"))
         if self.controller is not None:
             self.statuses_at_handing = self.controller.statuses()
 
@@ -266,7 +322,14 @@ def _free_port(address: str) -> int:
 class Conformance:
     """One weir controller (in process, real Envoy) over a folder, with the base world around it."""
 
-    def __init__(self, folder: Path, *, tls_backends: bool = False, grpc_backends: bool = False) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        tls_backends: bool = False,
+        grpc_backends: bool = False,
+        udp_backends: bool = False,
+    ) -> None:
         self.folder = folder
         self.ca: CertAuthority = make_ca("weir conformance CA")
         self.certs: dict[tuple[str, str], IssuedCert] = {
@@ -279,7 +342,10 @@ class Conformance:
             name: ca.issue_client_cert(f"{name} client") for name, ca in self.client_cas.items()
         }
         self.backends = (
-            HTTP_BACKENDS + (TLS_BACKENDS if tls_backends else ()) + (GRPC_BACKENDS if grpc_backends else ())
+            HTTP_BACKENDS
+            + (TLS_BACKENDS if tls_backends else ())
+            + (GRPC_BACKENDS if grpc_backends else ())
+            + (UDP_BACKENDS if udp_backends else ())
         )
         self.pods: dict[tuple[str, str], list[Pod]] = {}
         self.controller: Controller | None = None
@@ -289,6 +355,8 @@ class Conformance:
         self._ports: dict[int, int] = {}
         self._privileged = _can_bind(GATEWAY_NET + "1", 80) and _can_bind(GATEWAY_NET + "1", 443)
         self._seq = 0
+        #: The files written besides the base and the marker (the marker names them).
+        self._case_files: set[str] = set()
         self._clients: dict[str, httpx.AsyncClient] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -296,7 +364,7 @@ class Conformance:
     async def start(self) -> None:
         try:
             await self._start_pods()
-            self._write("00-base.yaml", yaml.safe_dump_all(self.base_manifests(), sort_keys=False))
+            self._write(BASE_FILE, yaml.safe_dump_all(self.base_manifests(), sort_keys=False))
             self._write_marker()
             self.provider = _TrackedProvider(FilesProvider([str(self.folder)], debounce_ms=20))
             self.controller = Controller(self.provider, Settings(), Options(admin_port=0))
@@ -334,9 +402,11 @@ class Conformance:
                 index += 1
                 address = POD_NET + str(index)
                 identity = EchoIdentity(spec.namespace, f"{spec.name}-{n}", spec.name)
-                server: EchoHttpServer | GrpcEchoServer
+                server: EchoHttpServer | GrpcEchoServer | UdpEchoServer
                 if spec.kind == "grpc":
                     server = GrpcEchoServer(identity, host=address, port=port)
+                elif spec.kind == "udp":
+                    server = UdpEchoServer(identity, host=address, port=port)
                 else:
                     context = None
                     if spec.kind == "tls":
@@ -480,7 +550,7 @@ class Conformance:
         pods = self.pods[(spec.namespace, spec.name)]
 
         def port_entry(p: PortSpec, number: int) -> dict[str, Any]:
-            entry: dict[str, Any] = {"protocol": "TCP", "port": number}
+            entry: dict[str, Any] = {"protocol": p.protocol, "port": number}
             if p.name:
                 entry["name"] = p.name
             if p.app_protocol:
@@ -537,7 +607,7 @@ class Conformance:
             for listener in spec.get("listeners") or []:
                 if isinstance(listener.get("port"), int):
                     listener["port"] = self.listener_port(listener["port"])
-        elif kind in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute"):
+        elif kind in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"):
             for ref in spec.get("parentRefs") or []:
                 if isinstance(ref.get("port"), int):
                     ref["port"] = self.listener_port(ref["port"])
@@ -556,20 +626,22 @@ class Conformance:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": MARKER, "namespace": INFRA_NS},
-            "data": {"seq": str(self._seq)},
+            "data": {"seq": str(self._seq), "files": ",".join(sorted(self._case_files))},
         }
-        self._write("zz-marker.yaml", yaml.safe_dump(marker))
+        self._write(MARKER_FILE, yaml.safe_dump(marker))
 
     async def apply(self, name: str, manifests: str, *, wait: bool = True) -> None:
         """Write ``manifests`` (YAML) as file ``name``; with ``wait``, return once weir serves them."""
         docs = [self._adjust(d) for d in yaml.safe_load_all(manifests) if d]
         self._write(f"{name}.yaml", yaml.safe_dump_all(docs, sort_keys=False))
+        self._case_files.add(f"{name}.yaml")
         if wait:
             await self.settle()
 
     async def delete(self, name: str, *, wait: bool = False) -> None:
         with contextlib.suppress(FileNotFoundError):
             (self.folder / f"{name}.yaml").unlink()
+        self._case_files.discard(f"{name}.yaml")
         if wait:
             await self.settle()
 
@@ -726,7 +798,9 @@ class Conformance:
         return f"{request.scheme}://{address}:{self.listener_port(request.port)}{request.path}"
 
     async def send(self, request: Request) -> httpx.Response:
-        """Send ``request`` once."""
+        """Send ``request`` once (a datagram's answer comes back as the body of a 200)."""
+        if request.datagram is not None:
+            return httpx.Response(200, content=await self.send_datagram(request))
         if request.scheme == "https":
             kind = f"https:{request.client_cert}" if request.client_cert else "https"
         else:
@@ -742,6 +816,28 @@ class Conformance:
             content=request.body,
             extensions=extensions,
         )
+
+    async def send_datagram(self, request: Request, timeout: float = 0.5) -> bytes:
+        """Send ``request.datagram`` to the listener; the one datagram that answers (OSError: none)."""
+        assert request.datagram is not None
+        loop = asyncio.get_running_loop()
+        answers: asyncio.Queue[bytes] = asyncio.Queue()
+
+        class Client(asyncio.DatagramProtocol):
+            def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+                answers.put_nowait(data)
+
+        address = self.gateway_address(request.gateway, request.gateway_namespace)
+        remote = (address, self.listener_port(request.port))
+        transport, _ = await loop.create_datagram_endpoint(Client, remote_addr=remote)
+        try:
+            transport.sendto(request.datagram)
+            try:
+                return await asyncio.wait_for(answers.get(), timeout)
+            except TimeoutError:
+                raise OSError(f"no datagram came back from {remote} within {timeout} s") from None
+        finally:
+            transport.close()
 
     async def expect(
         self, request: Request, expect: Expect, *, timeout: float = 2.0, successes: int = 2
@@ -886,10 +982,12 @@ async def run_case(h: Conformance, case: Case) -> None:
 
 @contextlib.asynccontextmanager
 async def conformance_world(
-    folder: Path, *, tls_backends: bool = False, grpc_backends: bool = False
+    folder: Path, *, tls_backends: bool = False, grpc_backends: bool = False, udp_backends: bool = False
 ) -> AsyncIterator[Conformance]:
     """A started :class:`Conformance`; stops it (and checks Envoy is gone) on exit."""
-    harness = Conformance(folder, tls_backends=tls_backends, grpc_backends=grpc_backends)
+    harness = Conformance(
+        folder, tls_backends=tls_backends, grpc_backends=grpc_backends, udp_backends=udp_backends
+    )
     await harness.start()
     try:
         yield harness
@@ -939,5 +1037,6 @@ __all__ = [
     "params",
     "pending_marks",
     "run_case",
+    "single_rule_route",
     "status",
 ]

@@ -11,7 +11,7 @@ from weir.features import FEATURES, SUPPORTED_FEATURES
 from .cases import Case
 
 MODULES = ("test_gateway", "test_httproute", "test_grpcroute", "test_tlsroute", "test_referencegrant")
-MODULES += ("test_backendtlspolicy",)
+MODULES += ("test_backendtlspolicy", "test_listenerset", "test_tcproute", "test_udproute")
 
 
 def all_cases() -> Iterator[Case]:

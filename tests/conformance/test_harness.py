@@ -11,6 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from weir.api.core_v1 import ConfigMap
+from weir.api.meta import ObjectKey
+from weir.providers.files import FilesProvider, Snapshot
+from weir.resources import Resources
 from weir.testkit import (
     EchoHttpServer,
     EchoIdentity,
@@ -26,7 +30,7 @@ from weir.testkit import (
 from weir.testkit.echo_http import parse_delay
 from weir.testkit.websocket import OP_CLOSE, accept_key
 
-from .harness import INFRA_NS, Conformance, Expect, Redirect, Seen, _items
+from .harness import INFRA_NS, MARKER, Conformance, Expect, Redirect, Seen, _items, _TrackedProvider
 
 POD = EchoIdentity("gateway-conformance-infra", "infra-backend-v1-0", "infra-backend-v1")
 
@@ -172,3 +176,34 @@ def test_compare_says_what_differs(tmp_path: Path) -> None:
     assert h.redirect_url(Redirect("example.org", "/p", "https", 443)) == "https://example.org/p"
     assert h.redirect_url(Redirect("example.org", "/p", port=8080)) == "http://example.org:8080/p"
     assert _items("GET, OPTIONS") == _items("OPTIONS,GET")
+
+
+def _snapshot(seq: int, marker_files: str, read: list[str]) -> Snapshot:
+    """A files snapshot holding the marker (naming ``marker_files``) and one object per file of ``read``."""
+    marker = ConfigMap.model_validate(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": MARKER, "namespace": INFRA_NS},
+            "data": {"seq": str(seq), "files": marker_files},
+        }
+    )
+    origins = {ObjectKey("ConfigMap", INFRA_NS, MARKER): ("/m/zz-marker.yaml", 1)}
+    for n, file in enumerate(read):
+        origins[ObjectKey("Gateway", INFRA_NS, f"gw{n}")] = (f"/m/{file}", 1)
+    return Snapshot(Resources.from_objects([marker]), (), origins)
+
+
+def test_a_marker_counts_only_with_the_files_it_names() -> None:
+    """The watcher may hand over the marker's new version before a file written just before it:
+    that snapshot must not count as settled (it used to, and a case then found no status)."""
+    tracked = _TrackedProvider(FilesProvider(["/nonexistent"]))
+    tracked._note(_snapshot(2, "case-a.yaml", ["00-base.yaml"]))
+    assert tracked.handed_seq == -1
+    tracked._note(_snapshot(2, "case-a.yaml", ["00-base.yaml", "case-a.yaml"]))
+    assert tracked.handed_seq == 2
+    # A file deleted since must be gone from what is served too.
+    tracked._note(_snapshot(3, "", ["00-base.yaml", "case-a.yaml"]))
+    assert tracked.handed_seq == 2
+    tracked._note(_snapshot(3, "", ["00-base.yaml"]))
+    assert tracked.handed_seq == 3

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from weir.api.gateway_v1 import GatewayClass
-from weir.features import SUPPORTED_FEATURES
+from weir.features import PROFILES, SUPPORTED_FEATURES, feature_table
 from weir.resources import Resources
 from weir.translate import Settings, translate
 
@@ -31,3 +32,27 @@ def test_a_gateway_class_of_weirs_lists_them_in_its_status() -> None:
     result = translate(Resources.from_objects([gc]), Settings())
     [status] = result.statuses.values()
     assert status["supportedFeatures"] == [{"name": name} for name in SUPPORTED_FEATURES]
+
+
+CONFORMANCE_DOC = DOC.parent / "conformance.md"
+
+
+def test_the_conformance_doc_table_is_generated_from_weir_features() -> None:
+    """docs/conformance.md's table is ``feature_table()``; WEIR_UPDATE_GOLDEN=1 rewrites it."""
+    text = CONFORMANCE_DOC.read_text()
+    before, rest = text.split("<!-- feature-table -->\n")
+    table, after = rest.split("<!-- /feature-table -->")
+    if os.environ.get("WEIR_UPDATE_GOLDEN") == "1":
+        CONFORMANCE_DOC.write_text(
+            f"{before}<!-- feature-table -->\n{feature_table()}<!-- /feature-table -->{after}"
+        )
+        return
+    assert table == feature_table(), "docs/conformance.md's table is stale: run with WEIR_UPDATE_GOLDEN=1"
+
+
+def test_every_claimed_feature_is_in_a_profile_of_the_table() -> None:
+    """A claim outside the table would be a feature the docs do not show (or a misspelt name)."""
+    listed = {name for core, extended in PROFILES.values() for name in (*core, *extended)}
+    assert set(SUPPORTED_FEATURES) <= listed, set(SUPPORTED_FEATURES) - listed
+    for core, extended in PROFILES.values():
+        assert len(set(core + extended)) == len(core + extended), "a feature listed twice in a profile"

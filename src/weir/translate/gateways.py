@@ -740,10 +740,13 @@ def listener_set_status(lsc: ListenerSetContext) -> dict[str, Any]:
     gen = lsc.listener_set.metadata.generation
     if lsc.refusal is not None:
         reason, message = lsc.refusal
+        # A set its Gateway does not allow is NotAllowed in both conditions (upstream's
+        # ListenerSetDefaultNotAllowed checks Programmed's reason too); otherwise Invalid.
+        not_programmed = st.R_NOT_ALLOWED if reason == st.R_NOT_ALLOWED else st.R_INVALID
         return {
             "conditions": [
                 st.condition(st.ACCEPTED, False, reason, message, gen),
-                st.condition(st.PROGRAMMED, False, st.R_INVALID, "The ListenerSet is not accepted", gen),
+                st.condition(st.PROGRAMMED, False, not_programmed, "The ListenerSet is not accepted", gen),
             ],
             "listeners": [],
         }
