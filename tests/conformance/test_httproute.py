@@ -1018,6 +1018,72 @@ spec:
         ),
     ),
     Case(
+        "HTTPRoute303Redirect",
+        # A POST redirected with 303 (upstream's manifest, the Host named so that Location can be
+        # checked; a 303 tells the client to follow with a GET).
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: 303-redirect, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /see-other}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 303}}]
+""",
+        statuses=(RouteStatus("303-redirect"),),
+        exchanges=(
+            Exchange(
+                Request(host=RE, path="/see-other", method="POST", body=b"payload"),
+                Expect(status=303, redirect=on_listener_port(RE, "/see-other")),
+            ),
+        ),
+    ),
+    Case(
+        "HTTPRoute307Redirect",
+        # A POST redirected with 307 (upstream's manifest, the Host named so that Location can be
+        # checked; the client must repeat the method and body).
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: 307-redirect, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /temporary-redirect}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 307}}]
+""",
+        statuses=(RouteStatus("307-redirect"),),
+        exchanges=(
+            Exchange(
+                Request(host=RE, path="/temporary-redirect", method="POST", body=b"payload"),
+                Expect(status=307, redirect=on_listener_port(RE, "/temporary-redirect")),
+            ),
+        ),
+    ),
+    Case(
+        "HTTPRoute308Redirect",
+        # A POST redirected with 308 (upstream's manifest, the Host named so that Location can be
+        # checked; the client must repeat the method and body).
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: 308-redirect, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /permanent-redirect}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 308}}]
+""",
+        statuses=(RouteStatus("308-redirect"),),
+        exchanges=(
+            Exchange(
+                Request(host=RE, path="/permanent-redirect", method="POST", body=b"payload"),
+                Expect(status=308, redirect=on_listener_port(RE, "/permanent-redirect")),
+            ),
+        ),
+    ),
+    Case(
         "HTTPRouteRedirectPath",
         """
 apiVersion: gateway.networking.k8s.io/v1
