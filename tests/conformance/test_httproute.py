@@ -108,6 +108,31 @@ def redirect(path: str, location: Redirect, code: int = 302, host: str = RE) -> 
     return Exchange(Request(host=host, path=path), Expect(status=code, redirect=location))
 
 
+def status_code_redirect(code: int, path: str) -> Case:
+    """HTTPRoute303Redirect and its 307, 308 siblings: a POST to ``/path`` redirected with ``code``
+    (upstream's manifest; the Host is named so that ``Location`` can be checked)."""
+    return Case(
+        f"HTTPRoute{code}Redirect",
+        f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {code}-redirect, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /{path}}}}}]
+    filters: [{{type: RequestRedirect, requestRedirect: {{statusCode: {code}}}}}]
+""",
+        statuses=(RouteStatus(f"{code}-redirect"),),
+        exchanges=(
+            Exchange(
+                Request(host=RE, path=f"/{path}", method="POST", body=b"payload"),
+                Expect(status=code, redirect=on_listener_port(RE, f"/{path}")),
+            ),
+        ),
+    )
+
+
 def headers_case_manifest(filter_type: str, field: str) -> str:
     """Routes /set, /add, /remove, /multiple and /case-insensitivity, each with a header modifier."""
     rules = {
@@ -1017,71 +1042,9 @@ spec:
             ),
         ),
     ),
-    Case(
-        "HTTPRoute303Redirect",
-        # A POST redirected with 303 (upstream's manifest, the Host named so that Location can be
-        # checked; a 303 tells the client to follow with a GET).
-        """
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: 303-redirect, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: same-namespace}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /see-other}}]
-    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 303}}]
-""",
-        statuses=(RouteStatus("303-redirect"),),
-        exchanges=(
-            Exchange(
-                Request(host=RE, path="/see-other", method="POST", body=b"payload"),
-                Expect(status=303, redirect=on_listener_port(RE, "/see-other")),
-            ),
-        ),
-    ),
-    Case(
-        "HTTPRoute307Redirect",
-        # A POST redirected with 307 (upstream's manifest, the Host named so that Location can be
-        # checked; the client must repeat the method and body).
-        """
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: 307-redirect, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: same-namespace}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /temporary-redirect}}]
-    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 307}}]
-""",
-        statuses=(RouteStatus("307-redirect"),),
-        exchanges=(
-            Exchange(
-                Request(host=RE, path="/temporary-redirect", method="POST", body=b"payload"),
-                Expect(status=307, redirect=on_listener_port(RE, "/temporary-redirect")),
-            ),
-        ),
-    ),
-    Case(
-        "HTTPRoute308Redirect",
-        # A POST redirected with 308 (upstream's manifest, the Host named so that Location can be
-        # checked; the client must repeat the method and body).
-        """
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: 308-redirect, namespace: gateway-conformance-infra}
-spec:
-  parentRefs: [{name: same-namespace}]
-  rules:
-  - matches: [{path: {type: PathPrefix, value: /permanent-redirect}}]
-    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 308}}]
-""",
-        statuses=(RouteStatus("308-redirect"),),
-        exchanges=(
-            Exchange(
-                Request(host=RE, path="/permanent-redirect", method="POST", body=b"payload"),
-                Expect(status=308, redirect=on_listener_port(RE, "/permanent-redirect")),
-            ),
-        ),
+    *(
+        status_code_redirect(code, path)
+        for code, path in ((303, "see-other"), (307, "temporary-redirect"), (308, "permanent-redirect"))
     ),
     Case(
         "HTTPRouteRedirectPath",

@@ -28,7 +28,7 @@ from weir.api.gateway_v1 import GROUP, FrontendTLSValidation, Gateway
 from weir.resources import Resources
 from weir.translate import status as st
 from weir.translate.grants import reference_permitted
-from weir.translate.tls import CA_KEY, _digest, _pem_certificates_error, _secret_text
+from weir.translate.tls import CA_KEY, TlsProblem, _digest, ca_certificate
 
 
 @dataclass(frozen=True)
@@ -93,28 +93,10 @@ def client_validation(
                 f"{where} is in another namespace and no ReferenceGrant in {namespace} allows "
                 f"Gateways from {gateway.namespace} to refer to it",
             )
-        if ref.kind == "ConfigMap":
-            config_map = resources.config_map(namespace, ref.name)
-            exists, raw = config_map is not None, (config_map.data.get(CA_KEY) if config_map else None)
-        else:
-            exists = resources.secret(namespace, ref.name) is not None
-            raw = _secret_text(resources, namespace, ref.name)
-        if not exists:
-            return ClientCAProblem(
-                st.R_INVALID_CA_CERTIFICATE_REF,
-                f"{where} does not exist; create it with the CA certificate under key {CA_KEY}",
-            )
-        if not raw:
-            return ClientCAProblem(
-                st.R_INVALID_CA_CERTIFICATE_REF,
-                f"{where} has no {CA_KEY} key; put the PEM CA certificate there",
-            )
-        error = _pem_certificates_error(raw)
-        if error:
-            return ClientCAProblem(
-                st.R_INVALID_CA_CERTIFICATE_REF, f"{where}: {CA_KEY} is not a valid PEM certificate: {error}"
-            )
-        bundle.append(raw.strip() + "\n")
+        found = ca_certificate(resources, namespace, i, ref)
+        if isinstance(found, TlsProblem):  # missing, no ca.crt, not PEM: the backend's words and reason
+            return ClientCAProblem(found.resolved_reason or st.R_INVALID_CA_CERTIFICATE_REF, found.message)
+        bundle.append(found)
     pem = "".join(bundle)
     name = f"client-ca/{gateway.namespace}/{gateway.name}/{_digest(pem)}"
     return ClientValidation(

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from weir import ir
+from weir.api.gateway_v1 import ObjectReference
 from weir.api.xbackend_v1alpha1 import CACertificateRef, ClientCertificateRef, TLSValidation
 from weir.resources import Resources
 from weir.translate import status as st
@@ -103,7 +104,7 @@ def server_validation(
     bundle: list[str] = []
     skipped: list[TlsProblem] = []
     for i, ref in enumerate(validation.ca_certificate_refs):
-        found = _ca_certificate(resources, namespace, i, ref)
+        found = ca_certificate(resources, namespace, i, ref)
         if isinstance(found, TlsProblem):
             skipped.append(found)
         else:
@@ -119,10 +120,11 @@ def server_validation(
     )
 
 
-def _ca_certificate(
-    resources: Resources, namespace: str, index: int, ref: CACertificateRef
+def ca_certificate(
+    resources: Resources, namespace: str, index: int, ref: CACertificateRef | ObjectReference
 ) -> str | TlsProblem:
-    """The PEM certificates of ``caCertificateRefs[index]``, or why they cannot be used."""
+    """The PEM certificates of ``caCertificateRefs[index]`` (a ConfigMap or Secret with ``ca.crt``),
+    or why they cannot be used. Backends' references and Gateways' client-certificate ones alike."""
     where = f"caCertificateRefs[{index}] ({ref.kind} {namespace}/{ref.name})"
     if ref.group != "" or ref.kind not in ("ConfigMap", "Secret"):
         return TlsProblem(
