@@ -441,7 +441,7 @@ def measure_stages(folder: Path, edits: int, shape: Shape, upstream_port: int) -
 
     from weir.controller import _keep_retiring
     from weir.loader import gc_paused
-    from weir.providers.files import FilesProvider
+    from weir.providers.files.provider import FilesProvider
     from weir.translate import Settings
     from weir.translate.incremental import Translator
     from weir.xds.cache import BuildCache

@@ -194,7 +194,7 @@ def main() -> int:
     for variant in variants:
         variant_bootstrap({}, variant)  # refuses unknown ones before anything starts
 
-    from weir.providers.files import FilesProvider
+    from weir.providers.files.provider import FilesProvider
     from weir.translate import Settings, translate
     from weir.xds.cache import BuildCache
     from weir.xds.snapshot import Snapshot, snapshot_version

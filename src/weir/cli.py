@@ -160,12 +160,12 @@ def _kube_options(
     unready_without_election: bool = False,
 ) -> tuple[Any, tuple[str, str] | None, tuple[str, ...]]:
     """``weir run --kubernetes``: the provider's options, the publish Service, the fixed addresses."""
-    from weir.providers.kube_watch import WatchTiming
-    from weir.providers.kubernetes import (
+    from weir.providers.kubernetes.leader import LeaseSettings
+    from weir.providers.kubernetes.provider import (
         KubernetesOptions,
         default_identity,
     )
-    from weir.providers.leader import LeaseSettings
+    from weir.providers.kubernetes.watch import WatchTiming
 
     label: TypeAdapter[str] = TypeAdapter(
         Annotated[str, StringConstraints(pattern=DNS1123_LABEL, max_length=63)]
@@ -376,8 +376,9 @@ def run(
     a Kubernetes API server with --kubernetes."""
     import dataclasses
 
-    from weir.controller import Controller, Options, Provider, run_until_signalled
-    from weir.providers.files import FilesProvider
+    from weir.controller import Controller, Options, run_until_signalled
+    from weir.providers.base import Provider
+    from weir.providers.files.provider import FilesProvider
     from weir.runfolder import default_run_dir
 
     if access_log not in ("stdout", "log"):
@@ -417,7 +418,7 @@ def run(
     )
     provider: Provider
     if kubernetes:
-        from weir.providers.kubernetes import KubernetesProvider
+        from weir.providers.kubernetes.provider import KubernetesProvider
 
         kube, publish, addresses = _kube_options(
             kubeconfig=kubeconfig,

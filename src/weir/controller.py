@@ -28,9 +28,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from weir import __version__, envoy_watch, ir, runfolder
 from weir.admin import AdminServer
@@ -39,8 +39,13 @@ from weir.envoy import EnvoyProcess, ExitInfo, listener_bound
 from weir.envoys import Envoys, EnvoySettings
 from weir.heap import return_free_memory
 from weir.loader import Problem, gc_paused
-from weir.metrics import MetricFamily
-from weir.resources import Resources
+from weir.providers.base import (
+    ManagedProvider,
+    ObservedProvider,
+    Provider,
+    ProviderSnapshot,
+    StatusSink,
+)
 from weir.status_store import StatusStore
 from weir.telemetry import Sources, Telemetry
 from weir.translate import Settings, Translation
@@ -52,56 +57,6 @@ from weir.xds.server import AckStatus, AdsServer
 from weir.xds.snapshot import CLUSTER, LISTENER, SECRET, Resource, Snapshot, snapshot_version
 
 log = logging.getLogger("weir.controller")
-
-
-class ProviderSnapshot(Protocol):
-    """What a provider hands over: the objects, and what is wrong with its input."""
-
-    @property
-    def resources(self) -> Resources: ...
-
-    @property
-    def problems(self) -> tuple[Problem, ...]: ...
-
-
-class Provider(Protocol):
-    def load(self) -> ProviderSnapshot: ...
-
-    def watch(self) -> AsyncIterator[ProviderSnapshot]: ...
-
-
-@runtime_checkable
-class ManagedProvider(Protocol):
-    """A provider with a connection to open before :meth:`Provider.load` and to close at the end."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-@runtime_checkable
-class StatusSink(Protocol):
-    """A provider that takes the statuses weir publishes somewhere (an API server).
-
-    ``write_status`` gets every status published (with ``lastTransitionTime``),
-    each time the controller publishes; it must not block (write in the
-    background) nor modify the mapping.
-    """
-
-    def write_status(self, statuses: Mapping[ObjectKey, dict[str, Any]]) -> None: ...
-
-
-@runtime_checkable
-class ObservedProvider(Protocol):
-    """A provider with state of its own to show: metrics (``collect``, a collector for
-    ``/metrics``), a summary for ``/status`` (``describe``), and a reason ``/ready`` should fail
-    (``ready_problem``; ``None``: no objection). The Kubernetes provider: leadership, watches."""
-
-    def collect(self) -> Iterable[MetricFamily]: ...
-
-    def describe(self) -> dict[str, Any]: ...
-
-    def ready_problem(self) -> str | None: ...
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from rich.table import Table
 
 from weir import DEFAULT_CONTROLLER_NAME
 from weir.controller import Controller, Options
-from weir.providers.files import FilesProvider
+from weir.providers.files.provider import FilesProvider
 from weir.testkit import DnsStub, RecordingUpstream, free_port, make_ca, server_ssl_context
 from weir.translate import Settings
 from weir.translate.settings import DEFAULT_DENIED_CIDRS

@@ -65,7 +65,7 @@ import httpx
 import yaml
 
 from weir.controller import Controller, Options
-from weir.providers.files import FilesProvider, Snapshot
+from weir.providers.files.provider import FilesProvider, Snapshot
 from weir.testkit import (
     CertAuthority,
     EchoHttpServer,

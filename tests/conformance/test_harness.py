@@ -13,7 +13,7 @@ import pytest
 
 from weir.api.core_v1 import ConfigMap
 from weir.api.meta import ObjectKey
-from weir.providers.files import FilesProvider, Snapshot
+from weir.providers.files.provider import FilesProvider, Snapshot
 from weir.resources import Resources
 from weir.testkit import (
     EchoHttpServer,

@@ -19,8 +19,9 @@ import httpx
 import pytest
 from weir_harness import GATEWAY_HEAD, Weir, eventually, pid_alive, stopped_after
 
-from weir.controller import Controller, Options, ProviderSnapshot
-from weir.providers.files import FilesProvider
+from weir.controller import Controller, Options
+from weir.providers.base import ProviderSnapshot
+from weir.providers.files.provider import FilesProvider
 from weir.testkit import RecordingUpstream, free_port
 from weir.translate import Settings
 

@@ -1,6 +1,6 @@
 """weir in Kubernetes mode, end to end: objects through an API server → real Envoy → status back.
 
-The API server is :class:`weir.testkit.apiserver.ApiServerDouble` on
+The API server is :class:`apiserver_double.ApiServerDouble` on
 127.0.0.1, for what a real one cannot be made to do quickly (410 on demand,
 Service backends with loopback endpoints, which a real API server refuses);
 tests/kube runs weir against a real kube-apiserver (tests/kube/README.md says
@@ -27,9 +27,10 @@ import httpx
 import pytest
 from weir_harness import TEST_DENIED_CIDRS, eventually, pid_alive
 
+from apiserver_double import ApiServerDouble, kinds_without
 from weir.controller import Controller, Options
-from weir.providers.kube_watch import WatchTiming
-from weir.providers.kubernetes import KubernetesOptions, KubernetesProvider
+from weir.providers.kubernetes.provider import KubernetesOptions, KubernetesProvider
+from weir.providers.kubernetes.watch import WatchTiming
 from weir.testkit import (
     CertAuthority,
     DnsStub,
@@ -39,7 +40,6 @@ from weir.testkit import (
     make_ca,
     server_ssl_context,
 )
-from weir.testkit.apiserver import ApiServerDouble, kinds_without
 from weir.translate import Settings
 
 GW = "gateway.networking.k8s.io/v1"

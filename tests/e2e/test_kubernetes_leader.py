@@ -25,9 +25,9 @@ import httpx
 import pytest
 from weir_harness import eventually, pid_alive
 
+from apiserver_double import ApiServerDouble
 from weir.runfolder import default_run_dir
 from weir.testkit import RecordingUpstream, free_port
-from weir.testkit.apiserver import ApiServerDouble
 
 GW = "gateway.networking.k8s.io/v1"
 LEASE_NS = "weir-system"

@@ -19,7 +19,7 @@ import pytest
 from weir_harness import GATEWAY_HEAD, Weir, eventually
 
 import weir.controller as controller_module
-from weir.providers.files import FilesProvider
+from weir.providers.files.provider import FilesProvider
 from weir.testkit import free_port
 from weir.xds.server import AckStatus
 

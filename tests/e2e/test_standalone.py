@@ -27,8 +27,9 @@ from weir_harness import (
     stopped_after,
 )
 
-from weir.controller import Controller, Options, ProviderSnapshot
-from weir.providers.files import FilesProvider
+from weir.controller import Controller, Options
+from weir.providers.base import ProviderSnapshot
+from weir.providers.files.provider import FilesProvider
 from weir.testkit import (
     CertAuthority,
     DnsStub,

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from weir.controller import Controller, Options
-from weir.providers.files import FilesProvider
+from weir.providers.files.provider import FilesProvider
 from weir.testkit import DnsStub
 from weir.translate import Settings
 

@@ -33,7 +33,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from weir.providers.kube_api import plural
+from weir.providers.kubernetes.api import plural
 from weir.testkit import free_port
 
 __all__ = ["ASSETS_HINT", "WEIR_USER", "Api", "Cluster", "assets"]

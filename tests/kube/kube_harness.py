@@ -13,8 +13,8 @@ import httpx
 
 from weir.controller import Controller, Options
 from weir.metrics import parse
-from weir.providers.kube_watch import WatchTiming
-from weir.providers.kubernetes import WATCHED, KubernetesOptions, KubernetesProvider
+from weir.providers.kubernetes.provider import WATCHED, KubernetesOptions, KubernetesProvider
+from weir.providers.kubernetes.watch import WatchTiming
 from weir.testkit import DnsStub
 from weir.translate import Settings
 

@@ -31,7 +31,7 @@ VALID = {
 
 
 def test_every_kind_weir_reads_is_served(cluster: Cluster) -> None:
-    from weir.providers.kubernetes import WATCHED
+    from weir.providers.kubernetes.provider import WATCHED
 
     for kind in WATCHED:
         listing = cluster.admin.list(kind.api_version, kind.kind)

@@ -11,8 +11,8 @@ from envtest import Cluster
 from kube_harness import TIMING, admin_get, eventually, gateway, gateway_class, metric, route, running_weir
 from kube_world import LEASE_NAME, Objects
 
-from weir.providers.kubernetes import KubernetesOptions
-from weir.providers.leader import LeaseSettings
+from weir.providers.kubernetes.leader import LeaseSettings
+from weir.providers.kubernetes.provider import KubernetesOptions
 from weir.testkit import free_port
 
 

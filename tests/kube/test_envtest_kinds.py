@@ -35,7 +35,7 @@ from kube_harness import (
 )
 from kube_world import Objects
 
-from weir.providers.kubernetes import KubernetesOptions
+from weir.providers.kubernetes.provider import KubernetesOptions
 from weir.testkit import DnsStub, EchoServer, RecordingUpstream, free_port
 
 DB_HOST = "db.example.test"

@@ -19,8 +19,8 @@ from kube_harness import (
 )
 from kube_world import Objects
 
-from weir.providers.kubernetes import KubernetesOptions
-from weir.providers.leader import LeaseSettings
+from weir.providers.kubernetes.leader import LeaseSettings
+from weir.providers.kubernetes.provider import KubernetesOptions
 from weir.testkit import free_port
 
 LEASE = "coordination.k8s.io/v1"

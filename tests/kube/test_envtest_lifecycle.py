@@ -16,8 +16,8 @@ from kube_harness import XB, eventually, service
 from kube_world import LEASE_NAMESPACE, crds_for_tests, install_crds, install_rbac
 
 from weir.api.meta import ObjectKey
-from weir.providers.kube_watch import WatchTiming
-from weir.providers.kubernetes import KubernetesOptions, KubernetesProvider
+from weir.providers.kubernetes.provider import KubernetesOptions, KubernetesProvider
+from weir.providers.kubernetes.watch import WatchTiming
 
 TIMING = WatchTiming(reprobe_s=0.5, backoff_initial_s=0.1, backoff_max_s=1.0)
 

@@ -30,12 +30,12 @@ from kube_harness import (
 from kube_world import LEASE_NAME, LEASE_NAMESPACE, Objects
 
 from weir.api.meta import ObjectKey
-from weir.providers.kube_api import KubeApi, load_config
-from weir.providers.kube_cache import ObjectCache
-from weir.providers.kube_status import StatusWriter
-from weir.providers.kube_watch import Backoff, KindWatcher
-from weir.providers.kubernetes import KubernetesOptions
-from weir.providers.leader import LeaderElector, LeaseSettings
+from weir.providers.kubernetes.api import KubeApi, load_config
+from weir.providers.kubernetes.cache import ObjectCache
+from weir.providers.kubernetes.leader import LeaderElector, LeaseSettings
+from weir.providers.kubernetes.provider import KubernetesOptions
+from weir.providers.kubernetes.status import StatusWriter
+from weir.providers.kubernetes.watch import Backoff, KindWatcher
 from weir.testkit import DnsStub, RecordingUpstream, free_port
 
 

@@ -11,10 +11,10 @@ from envtest import Cluster
 from kube_harness import eventually, service
 from kube_world import Objects
 
-from weir.providers.kube_api import KubeApi, load_config
-from weir.providers.kube_cache import ObjectCache
-from weir.providers.kube_watch import KindWatcher, WatchTiming
-from weir.providers.kubernetes import WATCHED
+from weir.providers.kubernetes.api import KubeApi, load_config
+from weir.providers.kubernetes.cache import ObjectCache
+from weir.providers.kubernetes.provider import WATCHED
+from weir.providers.kubernetes.watch import KindWatcher, WatchTiming
 
 KINDS = {k.kind: k for k in WATCHED}
 

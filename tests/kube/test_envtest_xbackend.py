@@ -30,7 +30,7 @@ from kube_harness import (
 from kube_world import LEASE_NAMESPACE, install_crds, xbackend_crd
 
 from weir.api.xbackend_v1alpha1 import SCHEMAS, Shape
-from weir.providers.kubernetes import KubernetesOptions
+from weir.providers.kubernetes.provider import KubernetesOptions
 from weir.testkit import DnsStub, RecordingUpstream, free_port
 
 NS = "default"

@@ -1,4 +1,4 @@
-"""weir.testkit.apiserver.ApiServerDouble, driven over loopback HTTP by the real lightkube client.
+"""apiserver_double.ApiServerDouble, driven over loopback HTTP by the real lightkube client.
 
 Each test talks to the double as weir's Kubernetes provider does: lightkube's
 AsyncClient with generic resources (the Gateway API kinds) and its built-in
@@ -30,7 +30,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Service
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
-from weir.testkit.apiserver import (
+from apiserver_double import (
     DEFAULT_KINDS,
     XBACKEND,
     ApiServerDouble,

@@ -2,7 +2,7 @@
 
 No cluster here: manifests are checked against the Kubernetes API's own schemas (the
 ``kubernetes-validate`` package, strict: unknown fields are errors), the RBAC rules against
-what weir reads (:data:`weir.providers.kubernetes.WATCHED`) and the statuses it writes (the
+what weir reads (:data:`weir.providers.kubernetes.provider.WATCHED`) and the statuses it writes (the
 translate golden files), container arguments and documented command lines against weir's own
 CLI parser, and the Deployment's probes against a real weir serving the example manifests
 through a real Envoy.
@@ -36,11 +36,11 @@ from weir.cli import app
 from weir.controller import Controller, Options
 from weir.envoy import EnvoyProcess
 from weir.loader import load_paths
-from weir.providers.files import FilesProvider
-from weir.providers.kube_api import CRD
-from weir.providers.kube_events import EVENT
-from weir.providers.kube_xbackend import CRD_NAME
-from weir.providers.kubernetes import WATCHED
+from weir.providers.files.provider import FilesProvider
+from weir.providers.kubernetes.api import CRD
+from weir.providers.kubernetes.events import EVENT
+from weir.providers.kubernetes.provider import WATCHED
+from weir.providers.kubernetes.xbackend import CRD_NAME
 from weir.testkit import DnsStub, RecordingUpstream, UpstreamResponse, free_port, make_ca, server_ssl_context
 from weir.translate import Settings
 from weir.translate.gateways import GATEWAY_API_VERSION
@@ -226,11 +226,11 @@ def status_kinds_written() -> set[str]:
     return kinds
 
 
-#: The one object weir creates: Events about what it reports on (weir.providers.kube_events).
+#: The one object weir creates: Events about what it reports on (weir.providers.kubernetes.events).
 EVENTS = (EVENT.group, EVENT.plural, "create")
 #: The one object weir reads without watching its kind: XBackend's CRD, for its status's shape.
 XBACKEND_CRD = (CRD.group, CRD.plural, "get")
-#: The headless Services of EndpointSelector XBackends (weir.providers.kube_selector).
+#: The headless Services of EndpointSelector XBackends (weir.providers.kubernetes.selector).
 SELECTOR_SERVICES = {("", "services", "create"), ("", "services", "delete")}
 
 
@@ -588,7 +588,7 @@ def allowed(group: str, resource: str, verb: str, namespace: str | None, name: s
 async def test_rbac_allows_every_request_weir_makes_in_the_pod() -> None:
     """weir run with the Deployment's arguments against the API-server double: it reads every kind,
     elects itself, writes status, answers its probes, and RBAC allows each request it made."""
-    from weir.testkit.apiserver import ApiServerDouble
+    from apiserver_double import ApiServerDouble
 
     run_dir = Path(tempfile.mkdtemp(prefix="weir-", dir="/tmp"))  # short: unix socket paths
     dns = DnsStub()  # empty: www.example.com is NXDOMAIN, and no query leaves loopback

@@ -1,4 +1,4 @@
-"""weir.providers.files: real files, real watching (watchfiles), snapshots after changes.
+"""weir.providers.files.provider: real files, real watching (watchfiles), snapshots after changes.
 
 These providers serve a change that withdraws objects at once (``grace_s=0``):
 the tests here are about what each change does; test_files_provider_faults.py
@@ -20,7 +20,7 @@ import pytest
 from weir import loader
 from weir.api.core_v1 import Service
 from weir.api.meta import ObjectKey
-from weir.providers.files import KEPT_FILE, FilesProvider, Snapshot
+from weir.providers.files.provider import KEPT_FILE, FilesProvider, Snapshot
 
 #: A change must show up in a snapshot within this long.
 DEADLINE = 1.0
@@ -365,7 +365,7 @@ async def test_only_changed_files_are_parsed_again(tree: Path, monkeypatch: pyte
         parsed.append(Path(file).name)
         return real(raw, file)
 
-    monkeypatch.setattr("weir.providers.files.parse_bytes", counting)
+    monkeypatch.setattr("weir.providers.files.provider.parse_bytes", counting)
     provider = FilesProvider([tree], grace_s=0)
     provider.load()
     assert sorted(parsed) == ["ns.yaml", "web.yaml"]

@@ -1,4 +1,4 @@
-"""weir.providers.files against files written the way tools write them, and things that are not files.
+"""weir.providers.files.provider against files written the way tools write them, and non-files.
 
 Real files and real watching. Each test reproduces a fault of issue 13: a
 file rewritten in place (``cp``, ``>``: truncated, then written) was served
@@ -19,7 +19,7 @@ import pytest
 from test_files_provider import messages, namespace, port_of, service, watching
 
 from weir import loader
-from weir.providers.files import REWRITE_GRACE_S, FilesProvider, Snapshot
+from weir.providers.files.provider import REWRITE_GRACE_S, FilesProvider, Snapshot
 
 pytestmark = pytest.mark.timeout(60)
 

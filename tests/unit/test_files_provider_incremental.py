@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from weir.api.meta import ObjectKey
-from weir.providers.files import FilesProvider, Snapshot
+from weir.providers.files.provider import FilesProvider, Snapshot
 
 FILES = 8
 

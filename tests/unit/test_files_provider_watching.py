@@ -1,4 +1,4 @@
-"""weir.providers.files, watching: a lone atomic replace read at once, bursts read once and whole.
+"""weir.providers.files.provider, watching: a lone atomic replace read at once, bursts read once and whole.
 
 Real files, real watching (watchfiles). ``test_files_provider.py`` covers
 what each kind of change does to a snapshot; this file covers when the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from weir.providers.files import FilesProvider, Snapshot
+from weir.providers.files.provider import FilesProvider, Snapshot
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from weir.api import registry
 from weir.api.meta import ObjectKey
 from weir.loader import INTERNAL_ERROR, FileResult, Loaded, Problem, assemble, parse_bytes
-from weir.providers.files import FilesProvider
+from weir.providers.files.provider import FilesProvider
 from weir.resources import Resources
 from weir.translate import Settings, translate
 from weir.translate.incremental import Translator

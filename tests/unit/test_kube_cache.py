@@ -8,8 +8,8 @@ from typing import Any
 from weir.api.core_v1 import Secret
 from weir.api.gateway_v1 import HTTPRoute
 from weir.api.meta import ObjectKey
-from weir.providers.kube_cache import LAST_APPLIED, ObjectCache, references
-from weir.providers.kubernetes import WATCHED, WatchedKind
+from weir.providers.kubernetes.cache import LAST_APPLIED, ObjectCache, references
+from weir.providers.kubernetes.provider import WATCHED, WatchedKind
 
 KINDS = {k.kind: k for k in WATCHED}
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from weir.providers.kube_api import KubeApi, load_config
-from weir.providers.leader import LeaderElector, LeaseSettings
-from weir.testkit.apiserver import ApiServerDouble
+from apiserver_double import ApiServerDouble
+from weir.providers.kubernetes.api import KubeApi, load_config
+from weir.providers.kubernetes.leader import LeaderElector, LeaseSettings
 
 DURATION = 1.0  # renew deadline 0.67 s, retry period 0.13 s
 

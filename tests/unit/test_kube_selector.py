@@ -9,12 +9,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from apiserver_double import ApiServerDouble
 from weir.api.xbackend_v1alpha1 import XBackend
-from weir.providers.kube_api import KubeApi, load_config
-from weir.providers.kube_selector import SelectorServices, plan, wanted_services
-from weir.providers.kube_watch import Backoff
+from weir.providers.kubernetes.api import KubeApi, load_config
+from weir.providers.kubernetes.selector import SelectorServices, plan, wanted_services
+from weir.providers.kubernetes.watch import Backoff
 from weir.resources import Resources
-from weir.testkit.apiserver import ApiServerDouble
 
 
 def xbackend(name: str, uid: str | None = "u1", labels: dict[str, str] | None = None) -> XBackend:

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from apiserver_double import ApiServerDouble
 from weir.api.meta import ObjectKey
-from weir.providers.kube_api import KubeApi, load_config
-from weir.providers.kube_cache import ObjectCache
-from weir.providers.kube_status import StatusWriter, merged_status
-from weir.providers.kube_watch import Backoff
-from weir.providers.kubernetes import WATCHED
-from weir.testkit.apiserver import ApiServerDouble
+from weir.providers.kubernetes.api import KubeApi, load_config
+from weir.providers.kubernetes.cache import ObjectCache
+from weir.providers.kubernetes.provider import WATCHED
+from weir.providers.kubernetes.status import StatusWriter, merged_status
+from weir.providers.kubernetes.watch import Backoff
 
 GW = "gateway.networking.k8s.io/v1"
 OURS = "weir.dev/gateway-controller"

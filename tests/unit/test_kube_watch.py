@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from weir.providers.kube_watch import WatchTiming
-from weir.providers.kubernetes import KubernetesOptions, KubernetesProvider
+from apiserver_double import ApiServerDouble
+from weir.providers.kubernetes.provider import KubernetesOptions, KubernetesProvider
+from weir.providers.kubernetes.watch import WatchTiming
 from weir.resources import Resources
-from weir.testkit.apiserver import ApiServerDouble
 
 GW = "gateway.networking.k8s.io/v1"
 TIMING = WatchTiming(reprobe_s=0.3, backoff_initial_s=0.02, backoff_max_s=0.2)
@@ -210,9 +210,9 @@ async def test_a_watch_silent_past_the_servers_timeout_is_replaced_and_said_once
     """The server ends every watch after its timeout; one still open and silent past it (plus the
     margin) is a dead connection: weir says so and watches again on a new one. (A quiet kind is not
     that: tests/kube/test_envtest_watch.py, against a real API server.)"""
-    from weir.providers.kube_cache import ObjectCache
-    from weir.providers.kube_watch import KindWatcher
-    from weir.providers.kubernetes import WATCHED
+    from weir.providers.kubernetes.cache import ObjectCache
+    from weir.providers.kubernetes.provider import WATCHED
+    from weir.providers.kubernetes.watch import KindWatcher
 
     api = _HalfOpen()
     kind = next(k for k in WATCHED if k.kind == "Service")

@@ -1,5 +1,5 @@
 """The Kubernetes side of XBackend's two shapes: the installed CRD's shape, status in it, and the
-headless Service of an EndpointSelector XBackend (pure functions of weir.providers.kube_xbackend)."""
+headless Service of an EndpointSelector XBackend (pure functions of weir.providers.kubernetes.xbackend)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import XBackend
 from weir.cli import app
-from weir.providers.kube_xbackend import crd_shape, headless_service, statuses_for_crd
+from weir.providers.kubernetes.xbackend import crd_shape, headless_service, statuses_for_crd
 
 
 def crd_of(shape: str) -> dict[str, Any]:

@@ -20,12 +20,12 @@ from urllib.parse import unquote
 import h11
 import yaml
 
-from weir.testkit.apiserver import errors
-from weir.testkit.apiserver.errors import ApiStatusError
-from weir.testkit.apiserver.kinds import KindInfo
-from weir.testkit.apiserver.patches import APPLY
-from weir.testkit.apiserver.store import Store
-from weir.testkit.apiserver.watchers import Watcher
+from apiserver_double import errors
+from apiserver_double.errors import ApiStatusError
+from apiserver_double.kinds import KindInfo
+from apiserver_double.patches import APPLY
+from apiserver_double.store import Store
+from apiserver_double.watchers import Watcher
 
 __all__ = ["Reply", "Request", "WatchReply", "route", "stream_watch"]
 

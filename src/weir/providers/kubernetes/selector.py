@@ -1,7 +1,7 @@
 """The headless Services of EndpointSelector XBackends: created and deleted by the leader.
 
 weir does not watch Pods. For each XBackend of type ``EndpointSelector`` the
-leader keeps one headless Service (:func:`~weir.providers.kube_xbackend.headless_service`:
+leader keeps one headless Service (:func:`~weir.providers.kubernetes.xbackend.headless_service`:
 ``generateName``, owned by the XBackend, selecting its ``matchLabels``,
 labelled ``weir.dev/xbackend: <name>``); Kubernetes' EndpointSlice controller
 keeps its EndpointSlices, which translation reads
@@ -33,9 +33,9 @@ from typing import Any
 
 from weir.api.core_v1 import Service
 from weir.api.xbackend_v1alpha1 import XBackend
-from weir.providers.kube_api import KubeApi, WatchedKind, describe
-from weir.providers.kube_watch import Backoff
-from weir.providers.kube_xbackend import headless_service
+from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe
+from weir.providers.kubernetes.watch import Backoff
+from weir.providers.kubernetes.xbackend import headless_service
 from weir.resources import Resources
 from weir.translate.backends import SELECTOR_SERVICE_LABEL
 

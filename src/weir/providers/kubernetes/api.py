@@ -91,7 +91,7 @@ def plural(kind: str) -> str:
 LEASE = WatchedKind("coordination.k8s.io", "v1", "Lease", "leases", True)
 
 #: CustomResourceDefinitions: weir reads one, XBackend's, for the shape of its status
-#: (:mod:`~weir.providers.kube_xbackend`).
+#: (:mod:`~weir.providers.kubernetes.xbackend`).
 CRD = WatchedKind(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False
 )

@@ -38,10 +38,10 @@ from typing import Any
 
 from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import XBackend
-from weir.providers.kube_api import KubeApi, WatchedKind, describe, is_transient, status_code
-from weir.providers.kube_cache import ObjectCache
-from weir.providers.kube_metrics import KubeMetrics, error_code
-from weir.providers.kube_watch import Backoff, Outage
+from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe, is_transient, status_code
+from weir.providers.kubernetes.cache import ObjectCache
+from weir.providers.kubernetes.metrics import KubeMetrics, error_code
+from weir.providers.kubernetes.watch import Backoff, Outage
 from weir.translate.status import MAX_ANCESTORS, MAX_PARENTS
 
 __all__ = ["StatusWriter", "merged_status", "status_limits"]

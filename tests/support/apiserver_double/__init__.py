@@ -39,7 +39,7 @@ Implemented (as the API server does it):
   Service, ...) and 422 Invalid for CRDs, as ``AllowUnconditionalUpdate``
   decides in Kubernetes. Create of an existing name: 409 AlreadyExists; DELETE
   preconditions (``uid``, ``resourceVersion``): 409 Conflict.
-- **Patch types** (:mod:`~weir.testkit.apiserver.patches`): merge, JSON patch,
+- **Patch types** (:mod:`~apiserver_double.patches`): merge, JSON patch,
   strategic merge (built-in kinds only; CRDs answer 415 UnsupportedMediaType
   as in Kubernetes) and server-side apply (an apply to a missing object
   creates it).
@@ -99,9 +99,9 @@ Not implemented (simplifications a reader should know):
 - HTTP/1.1 only, plain HTTP, JSON only (no protobuf, no HTTP/2, no TLS).
 """
 
-from weir.testkit.apiserver.double import DIRECT_MANAGER, ApiServerDouble
-from weir.testkit.apiserver.errors import ApiStatusError
-from weir.testkit.apiserver.kinds import DEFAULT_KINDS, LEASE, XBACKEND, KindInfo, guess_plural, kinds_without
+from apiserver_double.double import DIRECT_MANAGER, ApiServerDouble
+from apiserver_double.errors import ApiStatusError
+from apiserver_double.kinds import DEFAULT_KINDS, LEASE, XBACKEND, KindInfo, guess_plural, kinds_without
 
 __all__ = [
     "DEFAULT_KINDS",

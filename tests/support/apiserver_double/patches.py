@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from weir.testkit.apiserver.errors import ApiStatusError
+from apiserver_double.errors import ApiStatusError
 
 __all__ = ["APPLY", "JSON_PATCH", "MERGE", "STRATEGIC", "apply_json_patch", "decode_patch", "merge_patch"]
 

@@ -107,7 +107,7 @@ def _has_status_subresource(model: type[KubeObject]) -> bool:
 
 
 LEASE = _kind_info("coordination.k8s.io/v1", "Lease", namespaced=True)
-#: The Events weir reports (weir.providers.kube_events).
+#: The Events weir reports (weir.providers.kubernetes.events).
 EVENT = _kind_info("events.k8s.io/v1", "Event", namespaced=True)
 XBACKEND = _kind_info("gateway.networking.x-k8s.io/v1alpha1", "XBackend", namespaced=True)
 

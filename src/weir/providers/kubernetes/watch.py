@@ -37,9 +37,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from weir.providers.kube_api import KubeApi, WatchedKind, describe, is_transient, status_code
-from weir.providers.kube_cache import ObjectCache
-from weir.providers.kube_metrics import KubeMetrics, error_code
+from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe, is_transient, status_code
+from weir.providers.kubernetes.cache import ObjectCache
+from weir.providers.kubernetes.metrics import KubeMetrics, error_code
 
 __all__ = ["Backoff", "KindWatcher", "Outage", "WatchTiming", "version_too_large"]
 

@@ -36,7 +36,7 @@ from weir.api import registry
 from weir.api.errors import api_errors
 from weir.api.meta import KubeObject, ObjectKey
 from weir.loader import Problem
-from weir.providers.kube_api import WatchedKind
+from weir.providers.kubernetes.api import WatchedKind
 from weir.resources import Resources
 
 __all__ = ["SOURCE", "CacheStats", "KubeSnapshot", "ObjectCache", "references"]

@@ -4,11 +4,11 @@ It is the same pipeline as with files: this provider produces immutable
 :class:`~weir.resources.Resources` snapshots for the controller, and accepts
 the statuses the controller publishes. How it is built (one module per part):
 
-* :mod:`~weir.providers.kube_api` — the calls, over the ``lightkube``
+* :mod:`~weir.providers.kubernetes.api` — the calls, over the ``lightkube``
   asyncio client, every kind as a generic (plain JSON) resource; the
   configuration is ``--kubeconfig``, else in-cluster in a pod, else
   ``$KUBECONFIG`` or ``~/.kube/config``.
-* :mod:`~weir.providers.kube_watch` — per kind (and per namespace when
+* :mod:`~weir.providers.kubernetes.watch` — per kind (and per namespace when
   ``--namespace`` limits namespaced kinds; cluster-scoped kinds are always
   watched cluster-wide): **list, then watch** from the list's
   ``resourceVersion`` with bookmarks; every event advances the version, so
@@ -18,7 +18,7 @@ the statuses the controller publishes. How it is built (one module per part):
   jittered) and resuming; a kind the server does not serve (**404**, a CRD
   not installed) is logged once, marked unserved (references to it get
   ``ResolvedRefs=False``/``InvalidKind``), and probed again periodically.
-* :mod:`~weir.providers.kube_cache` — the **cache**: each object validated
+* :mod:`~weir.providers.kubernetes.cache` — the **cache**: each object validated
   with weir's models and error wording (a bad object is a problem naming
   ``Kind ns/name: field path: message`` and its last valid version keeps
   serving); ``managedFields`` and ``kubectl``'s last-applied annotation
@@ -26,7 +26,7 @@ the statuses the controller publishes. How it is built (one module per part):
   them, fetched again when a reference appears.
 * Snapshots are **debounced**: a burst of events becomes one snapshot
   ``debounce_s`` after its first event.
-* :mod:`~weir.providers.leader` — **leader election** with a
+* :mod:`~weir.providers.kubernetes.leader` — **leader election** with a
   ``coordination.k8s.io/v1`` Lease. Every replica lists, watches, translates
   and serves its own Envoy; only the leader writes status. Losing the Lease
   (renewal failing past the renew deadline, or another holder seen) stops
@@ -35,22 +35,22 @@ the statuses the controller publishes. How it is built (one module per part):
   service account's, else the kubeconfig context's: :func:`default_lease_namespace`).
   An election that fails is a problem of every snapshot (``/status``), a
   metric, and with ``unready_without_election`` a reason for ``/ready`` to fail.
-* :mod:`~weir.providers.kube_status` — **status writes** through the status
+* :mod:`~weir.providers.kubernetes.status` — **status writes** through the status
   subresource, only for the objects translation gives a status (weir's
   GatewayClasses and what attaches to them), only when different from what
   the object holds, guarded by ``resourceVersion`` with retries on 409,
   keeping other controllers' ``parents``/``ancestors`` entries. weir's own
   write comes back as an event that changes nothing: writes converge.
-* :mod:`~weir.providers.kube_selector` — the leader's **headless Service**
+* :mod:`~weir.providers.kubernetes.selector` — the leader's **headless Service**
   for each EndpointSelector XBackend (created, deleted; translation reads
   its EndpointSlices).
-* :mod:`~weir.providers.kube_xbackend` — XBackend's status in the shape of
+* :mod:`~weir.providers.kubernetes.xbackend` — XBackend's status in the shape of
   its **installed CRD** (``status.parents`` of v1.6 or ``status.ancestors``
   of upstream main, read from the CRD's schema at start and every
   ``reprobe_s``): an API server silently drops a status in the other shape.
 
-* :mod:`~weir.providers.kube_events` — **Events** for the condition
-  changes the leader writes (rate-limited); :mod:`~weir.providers.kube_metrics`
+* :mod:`~weir.providers.kubernetes.events` — **Events** for the condition
+  changes the leader writes (rate-limited); :mod:`~weir.providers.kubernetes.metrics`
   — what the provider counts, for ``/metrics`` (:meth:`KubernetesProvider.collect`).
 
 :data:`WATCHED` lists what is read (the deployment's RBAC grants exactly
@@ -83,15 +83,15 @@ from weir.api.xbackend_v1alpha1 import SCHEMAS as XBACKEND_SCHEMAS
 from weir.api.xbackend_v1alpha1 import Shape, XBackend
 from weir.loader import Problem
 from weir.metrics import MetricFamily, gauge
-from weir.providers.kube_api import CRD, KubeApi, WatchedKind, describe, load_config
-from weir.providers.kube_cache import DATA_KINDS, SOURCE, CacheStats, KubeSnapshot, ObjectCache
-from weir.providers.kube_events import EventRecorder
-from weir.providers.kube_metrics import KubeMetrics
-from weir.providers.kube_selector import SelectorServices
-from weir.providers.kube_status import StatusWriter
-from weir.providers.kube_watch import Backoff, KindWatcher, Outage, WatchTiming
-from weir.providers.kube_xbackend import CRD_NAME, crd_shape, statuses_for_crd
-from weir.providers.leader import LeaderElector, LeaseSettings
+from weir.providers.kubernetes.api import CRD, KubeApi, WatchedKind, describe, load_config
+from weir.providers.kubernetes.cache import DATA_KINDS, SOURCE, CacheStats, KubeSnapshot, ObjectCache
+from weir.providers.kubernetes.events import EventRecorder
+from weir.providers.kubernetes.leader import LeaderElector, LeaseSettings
+from weir.providers.kubernetes.metrics import KubeMetrics
+from weir.providers.kubernetes.selector import SelectorServices
+from weir.providers.kubernetes.status import StatusWriter
+from weir.providers.kubernetes.watch import Backoff, KindWatcher, Outage, WatchTiming
+from weir.providers.kubernetes.xbackend import CRD_NAME, crd_shape, statuses_for_crd
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
@@ -140,7 +140,7 @@ class KubernetesOptions:
     ``unready_without_election``: ``/ready`` answers 503 while leader election
     fails (by default it does not: traffic is served either way, only status
     writes stop). ``events``: report condition changes as Events
-    (:mod:`~weir.providers.kube_events`).
+    (:mod:`~weir.providers.kubernetes.events`).
     ``write_status``: ``False`` never writes (a read-only replica).
     """
 

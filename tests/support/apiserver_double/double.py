@@ -16,9 +16,8 @@ from typing import Any, Self
 import h11
 import yaml
 
-from weir.testkit._conn import ConnectionTracker
-from weir.testkit.apiserver.errors import ApiStatusError, status_body
-from weir.testkit.apiserver.http import (
+from apiserver_double.errors import ApiStatusError, status_body
+from apiserver_double.http import (
     READ_SIZE,
     Reply,
     Request,
@@ -28,9 +27,10 @@ from weir.testkit.apiserver.http import (
     route,
     stream_watch,
 )
-from weir.testkit.apiserver.kinds import DEFAULT_KINDS, KindInfo
-from weir.testkit.apiserver.patches import MERGE
-from weir.testkit.apiserver.store import Store
+from apiserver_double.kinds import DEFAULT_KINDS, KindInfo
+from apiserver_double.patches import MERGE
+from apiserver_double.store import Store
+from weir.testkit._conn import ConnectionTracker
 from weir.testkit.net import require_loopback
 
 __all__ = ["DIRECT_MANAGER", "ApiServerDouble"]

@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from weir.providers.kube_api import LEASE, KubeApi, describe, is_transient, status_code
-from weir.providers.kube_metrics import KubeMetrics, error_code
+from weir.providers.kubernetes.api import LEASE, KubeApi, describe, is_transient, status_code
+from weir.providers.kubernetes.metrics import KubeMetrics, error_code
 
 __all__ = ["LeaderElector", "LeaseSettings", "election_problem"]
 

@@ -12,8 +12,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from weir.testkit.apiserver.kinds import KindInfo
-from weir.testkit.apiserver.selectors import Selector
+from apiserver_double.kinds import KindInfo
+from apiserver_double.selectors import Selector
 
 __all__ = ["Event", "Obj", "WatchItem", "Watcher", "meta_of", "render"]
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from weir.testkit.apiserver.errors import bad_request
+from apiserver_double.errors import bad_request
 
 __all__ = ["Selector", "parse_field_selector", "parse_label_selector"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from weir.testkit.apiserver.kinds import KindInfo
+from apiserver_double.kinds import KindInfo
 
 __all__ = [
     "ApiStatusError",
@@ -63,7 +63,7 @@ class ApiStatusError(Exception):
     """A request the API server refuses; :attr:`status` is the ``Status`` body it answers with.
 
     Raised by the direct-manipulation methods of
-    :class:`~weir.testkit.apiserver.ApiServerDouble` as well, with the same
+    :class:`~apiserver_double.ApiServerDouble` as well, with the same
     body an HTTP client would receive.
     """
 

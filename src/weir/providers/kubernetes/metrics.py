@@ -2,7 +2,7 @@
 
 One :class:`KubeMetrics` per provider; the watchers, the status writer, the
 event recorder and the provider itself count into it, and
-:meth:`KubernetesProvider.collect <weir.providers.kubernetes.KubernetesProvider.collect>`
+:meth:`KubernetesProvider.collect <weir.providers.kubernetes.provider.KubernetesProvider.collect>`
 adds the gauges read at scrape time (leadership, election failing).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from weir.metrics import Counter, MetricFamily
-from weir.providers.kube_api import status_code
+from weir.providers.kubernetes.api import status_code
 
 __all__ = ["KubeMetrics", "error_code"]
 

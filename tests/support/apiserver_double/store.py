@@ -9,7 +9,7 @@ queue of every open watch it concerns — through the watch's event loop
 with nothing lost between its replay of history and its live events.
 
 The store knows nothing about HTTP: it takes and returns plain JSON trees
-and raises :class:`~weir.testkit.apiserver.errors.ApiStatusError`.
+and raises :class:`~apiserver_double.errors.ApiStatusError`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from weir.testkit.apiserver import errors
-from weir.testkit.apiserver.errors import ApiStatusError
-from weir.testkit.apiserver.kinds import KindInfo
-from weir.testkit.apiserver.patches import (
+from apiserver_double import errors
+from apiserver_double.errors import ApiStatusError
+from apiserver_double.kinds import KindInfo
+from apiserver_double.patches import (
     APPLY,
     JSON_PATCH,
     MERGE,
@@ -37,8 +37,8 @@ from weir.testkit.apiserver.patches import (
     decode_patch,
     merge_patch,
 )
-from weir.testkit.apiserver.selectors import parse_field_selector, parse_label_selector
-from weir.testkit.apiserver.watchers import Event, Obj, Watcher, meta_of, render
+from apiserver_double.selectors import parse_field_selector, parse_label_selector
+from apiserver_double.watchers import Event, Obj, Watcher, meta_of, render
 
 __all__ = ["Store"]
 
@@ -324,7 +324,7 @@ class Store:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> Obj:
-        """PATCH in any of the four media types (see :mod:`weir.testkit.apiserver.patches`).
+        """PATCH in any of the four media types (see :mod:`apiserver_double.patches`).
 
         An apply to an object that does not exist creates it (not through
         ``/status``). A ``metadata.resourceVersion`` the patch sets must be

@@ -29,8 +29,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from weir.providers.kube_api import KubeApi, WatchedKind, describe
-from weir.providers.kube_metrics import KubeMetrics, error_code
+from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe
+from weir.providers.kubernetes.metrics import KubeMetrics, error_code
 
 __all__ = ["EVENT", "EventRecorder", "condition_changes"]
 
