@@ -250,7 +250,7 @@ def patched_listener(
         servers = {server.name: server for server in before.https}
         for lc, _ in touched:
             if socket in lc.sockets and lc.protocol == "HTTPS" and lc.served:
-                server = https_server(before.name, lc, https, owners(socket, https))
+                server = https_server(before.name, lc, owners(socket, https))
                 servers[server.name] = server
         return dataclasses.replace(before, https=tuple(servers[name] for name in sorted(servers)))
     return routed_listener(socket, http_sockets, tls_sockets)

@@ -40,7 +40,7 @@ class Owners:
     million tests to place 1,000 domains.
     """
 
-    __slots__ = ("_by_hostname", "groups")
+    __slots__ = ("_by_hostname", "_nested", "groups")
 
     def __init__(self, listeners: Iterable[ListenerContext]) -> None:
         #: the listeners of each hostname, in the order given
@@ -49,12 +49,31 @@ class Owners:
             self.groups.setdefault(lc.hostname, []).append(lc)
         # equally specific: the first one
         self._by_hostname = {hostname: group[0] for hostname, group in self.groups.items()}
+        self._nested: dict[str | None, list[str]] | None = None
 
     def group(self, hostname: str | None) -> list[ListenerContext]:
         return self.groups.get(hostname, [])
 
     def has_hostname(self, name: str) -> bool:
         return name in self._by_hostname
+
+    def nested(self, hostname: str | None) -> list[str]:
+        """The other listeners' hostnames that ``hostname`` matches (no hostname: all of them), sorted.
+
+        Indexed once per socket through each hostname's own wildcard suffixes, so finding them
+        for every listener costs what the hostnames' labels do, not listeners squared.
+        """
+        if self._nested is None:
+            index: dict[str | None, list[str]] = {}
+            for name in self._by_hostname:
+                if name is None:
+                    continue
+                index.setdefault(None, []).append(name)
+                for wildcard in wildcards_over(name):
+                    if wildcard in self._by_hostname:
+                        index.setdefault(wildcard, []).append(name)
+            self._nested = {key: sorted(names) for key, names in index.items()}
+        return self._nested.get(hostname, [])
 
     def __call__(self, name: str) -> ListenerContext | None:
         """The owner of ``name`` (a server name or domain, maybe a wildcard), or ``None``."""
