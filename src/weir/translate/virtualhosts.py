@@ -25,10 +25,10 @@ Gateways) are told apart by nothing in a request: they share their Hosts.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from weir import ir
-from weir.translate.gateways import ListenerContext, RouteEntry
+from weir.translate.gateways import ListenerContext, RouteEntry, wildcards_over
 
 
 class Owners:
@@ -86,17 +86,6 @@ class Owners:
             if found is not None:
                 return found
         return by_hostname.get(None)
-
-
-def wildcards_over(name: str) -> Iterator[str]:
-    """The wildcard hostnames other than ``name`` that match ``name``, most specific first:
-    ``a.b.example`` gives ``*.b.example``, ``*.example`` (not ``*``, which is no hostname)."""
-    at = name.find(".")
-    while at >= 0:
-        wildcard = "*" + name[at:]
-        if wildcard != name:
-            yield wildcard
-        at = name.find(".", at + 1)
 
 
 def owned_virtual_hosts(
