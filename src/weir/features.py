@@ -27,6 +27,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "GRPCRoute": ("GRPCExactMethodMatching", "GRPCRouteHeaderMatching"),
     "Gateway": ("GatewayWithAttachedRoutes", "GatewayModifyListeners", "GatewayObservedGenerationBump"),
     "GatewayHTTPListenerIsolation": ("GatewayHTTPListenerIsolation",),
+    "GatewayHTTPSListenerDetectMisdirectedRequests": ("HTTPRouteHTTPSListenerDetectMisdirectedRequests",),
     "GatewayStaticAddresses": ("GatewayStaticAddresses",),
     "GatewayFrontendClientCertificateValidation": (
         "GatewayFrontendClientCertificateValidation",

@@ -414,9 +414,10 @@ class HttpsServer:
     ``virtual_hosts``, as on a :class:`Listener`: a Host that no virtual host
     matches gets 404. These are only the routes of this server name, so a
     request never reaches routes meant for another one; translation adds
-    virtual hosts answering 421 (Misdirected Request) for the names the
-    other entries of the listener serve (a client reusing a connection for
-    another name must open a new one).
+    virtual hosts answering 421 (Misdirected Request) for the Hosts another
+    entry of the listener owns (a client reusing a connection for another
+    name must open a new one): those under this server's own name, and a
+    ``*`` for the rest when it has one.
     """
 
     name: str

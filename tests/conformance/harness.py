@@ -133,6 +133,9 @@ TLS_CERTIFICATES: dict[tuple[str, str], tuple[str, ...]] = {
         "*.example.org",
         "second-example.org",
         "abc.example.com",
+        # HTTPRouteHTTPSListenerDetectMisdirectedRequests's server names
+        "*.wildcard.org",
+        "unknown-example.org",
     ),
     (INFRA_NS, "tls-checks-certificate"): ("abc.example.com",),
     (WEB_NS, "certificate"): ("example.org", "*.example.org"),

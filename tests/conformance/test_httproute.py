@@ -93,6 +93,16 @@ def https(host: str, backend: str) -> Exchange:
     )
 
 
+def misdirected_exchange(sni: str, host: str, expect: str | int) -> Exchange:
+    """An HTTP/2 request for ``host`` on a connection made for ``sni`` to the HTTPS Gateway: answered
+    by backend ``expect``, or with status ``expect``."""
+    path = "/detect-misdirected-requests"
+    request = Request(host=host, sni=sni, path=path, scheme="https", port=443, gateway=HTTPS_GW, http2=True)
+    if isinstance(expect, int):
+        return Exchange(request, Expect(expect))
+    return Exchange(request, Expect(backend=expect, seen=Seen(host=host, path=path)))
+
+
 def at(gateway: str, host: str, path: str, expect: Expect) -> Exchange:
     """A request for ``host`` + ``path`` through Gateway ``gateway`` (in the infra namespace)."""
     return Exchange(Request(host=host, path=path, gateway=gateway), expect)
@@ -1408,6 +1418,100 @@ spec:
                 ),
                 Expect(404),
             ),
+        ),
+    ),
+    Case(
+        "HTTPRouteHTTPSListenerDetectMisdirectedRequests",
+        # A request is misdirected (421) when the listener its connection's server name selects is
+        # not the one its Host selects (exact, then the longest wildcard, then no hostname); on
+        # the right connection a Host no route serves is 404. Over HTTP/2, as upstream sends it.
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: same-namespace-with-https-listener, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    tls: {certificateRefs: [{kind: Secret, name: tls-validity-checks-certificate}]}
+  - name: https-with-hostname
+    port: 443
+    protocol: HTTPS
+    hostname: second-example.org
+    tls: {certificateRefs: [{kind: Secret, name: tls-validity-checks-certificate}]}
+  - name: https-with-wildcard-hostname
+    port: 443
+    protocol: HTTPS
+    hostname: "*.wildcard.org"
+    tls: {certificateRefs: [{kind: Secret, name: tls-validity-checks-certificate}]}
+  - name: https-with-hostname-matching-wildcard
+    port: 443
+    protocol: HTTPS
+    hostname: fourth-example.wildcard.org
+    tls: {certificateRefs: [{kind: Secret, name: tls-validity-checks-certificate}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: https-listener-detect-misdirected-requests-test-1, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace-with-https-listener, sectionName: https}]
+  hostnames: [example.org]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /detect-misdirected-requests}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: https-listener-detect-misdirected-requests-test-2, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace-with-https-listener, sectionName: https-with-hostname}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /detect-misdirected-requests}}]
+    backendRefs: [{name: infra-backend-v2, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: https-listener-detect-misdirected-requests-test-3, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace-with-https-listener, sectionName: https-with-wildcard-hostname}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /detect-misdirected-requests}}]
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: https-listener-detect-misdirected-requests-test-4, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace-with-https-listener, sectionName: https-with-hostname-matching-wildcard}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /detect-misdirected-requests}}]
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+""",
+        statuses=tuple(
+            RouteStatus(f"https-listener-detect-misdirected-requests-test-{i}", gateway=HTTPS_GW)
+            for i in range(1, 5)
+        ),
+        exchanges=tuple(
+            misdirected_exchange(sni, host, expect)
+            for sni, host, expect in (
+                ("example.org", "example.org", V1),
+                ("example.org", "second-example.org", 421),
+                ("example.org", "unknown-example.org", 404),
+                ("second-example.org", "second-example.org", V2),
+                ("second-example.org", "example.org", 421),
+                ("second-example.org", "unknown-example.org", 421),
+                ("third-example.wildcard.org", "third-example.wildcard.org", V3),
+                ("third-example.wildcard.org", "fith-example.wildcard.org", V3),
+                ("third-example.wildcard.org", "fourth-example.wildcard.org", 421),
+                ("third-example.wildcard.org", "second-example.org", 421),
+                ("third-example.wildcard.org", "unknown-example.org", 421),
+                ("fourth-example.wildcard.org", "fourth-example.wildcard.org", V1),
+                ("fourth-example.wildcard.org", "fith-example.wildcard.org", 421),
+                ("unknown-example.org", "example.org", V1),
+                ("unknown-example.org", "unknown-example.org", 404),
+            )
         ),
     ),
     Case(

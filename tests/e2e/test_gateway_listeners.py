@@ -283,7 +283,7 @@ async def test_https_picks_certificate_and_routes_by_server_name(weir: Weir, ca:
         # A connection made for a.example.test does not serve b.example.test's routes: 421.
         misdirected = await https_get(port, "a.example.test", ca, host="b.example.test")
         assert misdirected.status_code == 421
-        assert "b.example.test" in misdirected.text
+        assert "made for a.example.test" in misdirected.text
         # A name no listener has: no certificate, the handshake fails.
         assert await refused(port, "c.example.test")
         assert len(up_a.requests) == 1 and len(up_b.requests) == 1

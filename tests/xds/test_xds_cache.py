@@ -11,6 +11,8 @@ from goldens import golden_names, load_ir
 
 from weir import ir
 from weir.xds import build as xds_build
+from weir.xds import cache as xds_cache
+from weir.xds import listeners
 from weir.xds.cache import BuildCache
 from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, Resource, snapshot_version
 
@@ -235,3 +237,44 @@ def test_parts_made_in_a_failed_build_are_not_reused() -> None:
         cache.build(broken)
     for source in (_host_ir(routes, upstreams), _host_ir(routes, changed), _host_ir(routes, upstreams)):
         assert _values(cache.build(source)) == _serialised(xds_build.build(source))
+
+
+def test_a_tls_socket_keeps_its_listener_when_only_virtual_hosts_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An HTTPS server's virtual hosts go by RDS: editing them remakes its route configuration, not
+    the socket's listener of one filter chain per server (1,000 on a socket of 1,000 listeners);
+    a server's certificates do remake it."""
+    made: list[str] = []
+
+    def counted(listener: ir.TlsListener, *args: Any) -> Any:
+        made.append(listener.name)
+        return listeners.tls_listener(listener, *args)
+
+    for module in (xds_build, xds_cache):
+        monkeypatch.setattr(module, "tls_listener", counted, raising=False)
+    source = load_ir("tls_listeners")
+    at, tls = next((i, lst) for i, lst in enumerate(source.listeners) if isinstance(lst, ir.TlsListener))
+    server = next(s for s in tls.https if s.virtual_hosts)
+    cache = BuildCache()
+    first = cache.build(source)
+
+    def with_server(changed: ir.HttpsServer) -> ir.IR:
+        https = tuple(changed if s.name == server.name else s for s in tls.https)
+        listeners = list(source.listeners)
+        listeners[at] = dataclasses.replace(tls, https=https)
+        return dataclasses.replace(source, listeners=tuple(listeners))
+
+    assert made.count(tls.name) == 1
+    edited = with_server(dataclasses.replace(server, virtual_hosts=server.virtual_hosts[:-1]))
+    second = cache.build(edited)
+    assert made.count(tls.name) == 1
+    assert _values(second) == _serialised(xds_build.build(edited))
+    assert second[LISTENER][tls.name] is first[LISTENER][tls.name]
+    assert second[ROUTE][server.name].value != first[ROUTE][server.name].value
+
+    recertified = with_server(dataclasses.replace(server, certificates=server.certificates[:1] * 2))
+    third = cache.build(recertified)
+    assert made.count(tls.name) == 2
+    assert _values(third) == _serialised(xds_build.build(recertified))
+    assert third[LISTENER][tls.name].value != second[LISTENER][tls.name].value

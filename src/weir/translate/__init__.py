@@ -232,25 +232,28 @@ def patched_listener(
     http_sockets: Mapping[tuple[str, int], list[ListenerContext]],
     tls_sockets: Mapping[tuple[str, int], list[ListenerContext]],
     touched: Iterable[tuple[ListenerContext, set[str]]],
-    owners: Callable[[tuple[str, int], list[ListenerContext]], Owners],
+    owners: Callable[[tuple[str, int], Callable[[], list[ListenerContext]]], Owners],
 ) -> ir.Listener | ir.TlsListener:
     """:func:`routed_listener` after routes moved in or out of the ``touched`` listener contexts (for
     the domains given), ``before`` being what it was: only the virtual hosts of those domains (HTTP),
     or the HTTPS servers of those listeners (TLS), are made again when that is all that can change.
-    ``owners`` gives the socket's :class:`Owners` (kept by the caller: the listeners do not change)."""
+    ``owners`` gives the socket's :class:`Owners` of the listeners a function lists (kept by the
+    caller: the listeners do not change)."""
     if socket in http_sockets and isinstance(before, ir.Listener):
         listeners = http_sockets[socket]
         domains = {domain for lc, names in touched if socket in lc.sockets for domain in names}
-        vhosts = patched_virtual_hosts(before.name, before.virtual_hosts, owners(socket, listeners), domains)
+        vhosts = patched_virtual_hosts(
+            before.name, before.virtual_hosts, owners(socket, lambda: listeners), domains
+        )
         if vhosts is not None:
             return dataclasses.replace(before, virtual_hosts=vhosts)
     elif socket in tls_sockets and isinstance(before, ir.TlsListener):
         listeners = tls_sockets[socket]
-        https = [lc for lc in listeners if lc.protocol == "HTTPS"]
         servers = {server.name: server for server in before.https}
         for lc, _ in touched:
             if socket in lc.sockets and lc.protocol == "HTTPS" and lc.served:
-                server = https_server(before.name, lc, https, owners(socket, https))
+                https = owners(socket, lambda: [o for o in listeners if o.protocol == "HTTPS"])
+                server = https_server(before.name, lc, https)
                 servers[server.name] = server
         return dataclasses.replace(before, https=tuple(servers[name] for name in sorted(servers)))
     return routed_listener(socket, http_sockets, tls_sockets)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -353,18 +354,19 @@ def _settle_sockets(gateways: list[GatewayContext]) -> None:
         # groups conflicting listeners are all refused; a later group never takes a port or
         # a server name from an earlier one (the Gateway API's precedence for ListenerSets).
         groups = [ctx.own_listeners, *(lsc.listeners for lsc in ctx.listener_sets)]
-        kept: list[ListenerContext] = []
+        kept = _PortIndex()
         for group in groups:
             valid = [lc for lc in group if lc.valid]
+            in_group = _PortIndex(valid)
             for lc in valid:
-                lc.conflict = _conflict_within(lc, valid) or _conflict_within(lc, kept)
+                lc.conflict = _conflict_within(lc, in_group) or _conflict_within(lc, kept)
             for lc in valid:
                 if lc.conflict is None:
                     lc.conflict = _conflict_across(lc, owners, names)
                 if lc.conflict is not None:
                     lc.valid = False
                     continue
-                kept.append(lc)
+                kept.add(lc)
                 for socket in lc.sockets:
                     owners.setdefault(socket, lc)
                     if lc.family == "TLS":
@@ -380,16 +382,41 @@ def _seen_from(other: ListenerContext, lc: ListenerContext) -> str:
     return f"{other.name} of {type(owner).KIND} {owner.namespace}/{owner.name}"
 
 
-def _conflict_within(lc: ListenerContext, valid: list[ListenerContext]) -> Conflict | None:
-    """Why ``lc`` cannot share its port with the other valid listeners of its Gateway, if it cannot.
+class _PortIndex:
+    """Valid listeners of one Gateway (or ListenerSet) by port: by family, and those of the TLS
+    family by hostname, so that finding what ``lc`` conflicts with costs what it conflicts with,
+    not a pass over every listener (a Gateway of 1,000 listeners: a million tests)."""
+
+    __slots__ = ("families", "names", "order")
+
+    def __init__(self, listeners: list[ListenerContext] | None = None) -> None:
+        self.families: dict[int, dict[str, list[ListenerContext]]] = {}
+        self.names: dict[tuple[int, str | None], list[ListenerContext]] = {}
+        self.order: dict[int, int] = {}  # id of a listener -> when it came: messages name them in order
+        for lc in listeners or ():
+            self.add(lc)
+
+    def add(self, lc: ListenerContext) -> None:
+        self.order[id(lc)] = len(self.order)
+        port = lc.spec.port
+        self.families.setdefault(port, {}).setdefault(lc.family, []).append(lc)
+        if lc.family == "TLS":
+            self.names.setdefault((port, lc.hostname), []).append(lc)
+
+
+def _conflict_within(lc: ListenerContext, index: _PortIndex) -> Conflict | None:
+    """Why ``lc`` cannot share its port with the other valid listeners of its Gateway (those of
+    ``index``), if it cannot.
 
     ``ProtocolConflict`` for another family, or an HTTPS and a TLS listener
     with one hostname; ``HostnameConflict`` for one TLS-family hostname twice
     with the same protocol spelled differently (``https``, ``HTTPS``).
     """
     port = lc.spec.port
-    others = [o for o in valid if o is not lc and o.spec.port == port]
-    families = [o for o in others if o.family != lc.family]
+    families = sorted(
+        (o for family, group in index.families.get(port, {}).items() if family != lc.family for o in group),
+        key=lambda o: index.order[id(o)],
+    )
     if families:
         message = (
             f"Port {port} is also used by listener "
@@ -400,7 +427,7 @@ def _conflict_within(lc: ListenerContext, valid: list[ListenerContext]) -> Confl
         return Conflict(st.R_INVALID, message, conflicted=st.R_PROTOCOL_CONFLICT)
     if lc.family != "TLS":
         return None
-    same = [o for o in others if o.hostname == lc.hostname]
+    same = [o for o in index.names.get((port, lc.hostname), ()) if o is not lc]
     if not same:
         return None
     what = f"hostname {lc.hostname}" if lc.hostname else "no hostname (every server name)"
@@ -473,19 +500,52 @@ def _note_overlaps(gateways: list[GatewayContext]) -> None:
                 for socket in lc.sockets:
                     by_socket[socket].append(lc)
     for listeners in by_socket.values():
+        # Found through each hostname's wildcard suffixes, not by testing every pair: a socket of
+        # 1,000 HTTPS listeners would cost a million tests (and each is named in the order given).
+        order = {id(lc): at for at, lc in enumerate(listeners)}
+        by_hostname: dict[str | None, list[ListenerContext]] = defaultdict(list)
         for lc in listeners:
-            for other in listeners:
-                if other is lc or not hostnames_overlap(lc.hostname, other.hostname):
-                    continue
-                label = _label(other, lc.gateway)
-                if label not in lc.overlapping:
-                    lc.overlapping.append(label)
+            by_hostname[lc.hostname].append(lc)
+        beneath: dict[str | None, list[str]] = defaultdict(list)  # the hostnames each one covers
+        for hostname in by_hostname:
+            if hostname is not None:
+                beneath[None].append(hostname)
+                for wildcard in wildcards_over(hostname):
+                    if wildcard in by_hostname:
+                        beneath[wildcard].append(hostname)
+        for hostname, group in by_hostname.items():
+            names: list[str | None] = [hostname, *beneath.get(hostname, ())]
+            if hostname is not None:
+                names += [w for w in wildcards_over(hostname) if w in by_hostname]
+                names.append(None)
+            others = sorted(
+                {id(o): o for name in names for o in by_hostname.get(name, ())}.values(),
+                key=lambda o: order[id(o)],
+            )
+            for lc in group:
+                seen = set(lc.overlapping)
+                for other in others:
+                    label = _label(other, lc.gateway)
+                    if other is not lc and label not in seen:
+                        seen.add(label)
+                        lc.overlapping.append(label)
 
 
 def _label(lc: ListenerContext, seen_from: Gateway) -> str:
     gw = lc.gateway
     name = f"{lc.name} ({lc.hostname or 'no hostname'})"
     return name if gw is seen_from else f"{name} of Gateway {gw.namespace}/{gw.name}"
+
+
+def wildcards_over(name: str) -> Iterator[str]:
+    """The wildcard hostnames other than ``name`` that match ``name``, most specific first:
+    ``a.b.example`` gives ``*.b.example``, ``*.example`` (not ``*``, which is no hostname)."""
+    at = name.find(".")
+    while at >= 0:
+        wildcard = "*" + name[at:]
+        if wildcard != name:
+            yield wildcard
+        at = name.find(".", at + 1)
 
 
 def hostnames_overlap(a: str | None, b: str | None) -> bool:

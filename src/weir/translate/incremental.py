@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,10 +108,12 @@ class _State:
     #: per served socket, who owns which name among its listeners (made when first patched)
     owners: dict[Socket, Owners] = field(default_factory=dict)
 
-    def owners_of(self, socket: Socket, listeners: list[ListenerContext]) -> Owners:
+    def owners_of(self, socket: Socket, listeners: Callable[[], list[ListenerContext]]) -> Owners:
+        """The socket's :class:`Owners`, made from ``listeners()`` the first time (listed only then:
+        a socket of 1,000 HTTPS listeners is not walked on every edit)."""
         found = self.owners.get(socket)
         if found is None:
-            found = self.owners[socket] = Owners(listeners)
+            found = self.owners[socket] = Owners(listeners())
         return found
 
 

@@ -25,10 +25,10 @@ Gateways) are told apart by nothing in a request: they share their Hosts.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from weir import ir
-from weir.translate.gateways import ListenerContext, RouteEntry
+from weir.translate.gateways import ListenerContext, RouteEntry, wildcards_over
 
 
 class Owners:
@@ -40,7 +40,7 @@ class Owners:
     million tests to place 1,000 domains.
     """
 
-    __slots__ = ("_by_hostname", "groups")
+    __slots__ = ("_by_hostname", "_nested", "groups")
 
     def __init__(self, listeners: Iterable[ListenerContext]) -> None:
         #: the listeners of each hostname, in the order given
@@ -49,12 +49,31 @@ class Owners:
             self.groups.setdefault(lc.hostname, []).append(lc)
         # equally specific: the first one
         self._by_hostname = {hostname: group[0] for hostname, group in self.groups.items()}
+        self._nested: dict[str | None, list[str]] | None = None
 
     def group(self, hostname: str | None) -> list[ListenerContext]:
         return self.groups.get(hostname, [])
 
     def has_hostname(self, name: str) -> bool:
         return name in self._by_hostname
+
+    def nested(self, hostname: str | None) -> list[str]:
+        """The other listeners' hostnames that ``hostname`` matches (no hostname: all of them), sorted.
+
+        Indexed once per socket through each hostname's own wildcard suffixes, so finding them
+        for every listener costs what the hostnames' labels do, not listeners squared.
+        """
+        if self._nested is None:
+            index: dict[str | None, list[str]] = {}
+            for name in self._by_hostname:
+                if name is None:
+                    continue
+                index.setdefault(None, []).append(name)
+                for wildcard in wildcards_over(name):
+                    if wildcard in self._by_hostname:
+                        index.setdefault(wildcard, []).append(name)
+            self._nested = {key: sorted(names) for key, names in index.items()}
+        return self._nested.get(hostname, [])
 
     def __call__(self, name: str) -> ListenerContext | None:
         """The owner of ``name`` (a server name or domain, maybe a wildcard), or ``None``."""
@@ -67,17 +86,6 @@ class Owners:
             if found is not None:
                 return found
         return by_hostname.get(None)
-
-
-def wildcards_over(name: str) -> Iterator[str]:
-    """The wildcard hostnames other than ``name`` that match ``name``, most specific first:
-    ``a.b.example`` gives ``*.b.example``, ``*.example`` (not ``*``, which is no hostname)."""
-    at = name.find(".")
-    while at >= 0:
-        wildcard = "*" + name[at:]
-        if wildcard != name:
-            yield wildcard
-        at = name.find(".", at + 1)
 
 
 def owned_virtual_hosts(

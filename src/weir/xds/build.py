@@ -211,6 +211,10 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
 RouteConfig = Callable[[ir.Listener, Mapping[str, ir.Upstream]], tuple[Any, bool]]
 
 
+#: Makes a TLS socket's listener: :func:`weir.xds.listeners.tls_listener`'s signature.
+TlsListenerMaker = Callable[[ir.TlsListener, Mapping[str, list[ir.Upstream | None]], set[str], set[str]], Any]
+
+
 def route_config(routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> tuple[Any, bool]:
     """The :data:`RouteConfig` of :func:`build`: the message, built afresh."""
     return route_configuration(routes, upstreams), uses_tool_policies(routes.virtual_hosts, upstreams)
@@ -222,9 +226,11 @@ def listener_part(
     secrets: Mapping[str, ir.Secret],
     *,
     make_routes: RouteConfig = route_config,
+    make_tls_listener: TlsListenerMaker = tls_listener,
 ) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
     """What one IR listener becomes (see :meth:`Parts.listener`); its route configurations made by
-    ``make_routes`` (the build cache's keeps the parts that did not change)."""
+    ``make_routes``, a TLS socket's listener by ``make_tls_listener`` (the build cache's keep the
+    parts that did not change)."""
     name = listener.name
     out: dict[str, dict[str, Any]] = {LISTENER: {}, ROUTE: {}}
     tunneled: list[ir.TcpListener | ir.TlsRelay] = []
@@ -248,7 +254,7 @@ def listener_part(
             out[ROUTE][server.name], mcp_tools = make_routes(routes, upstreams)
             if mcp_tools:
                 mcp_servers.add(server.name)
-        out[LISTENER][name] = tls_listener(listener, relays, tunnels, mcp_servers)
+        out[LISTENER][name] = make_tls_listener(listener, relays, tunnels, mcp_servers)
         tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
     else:
         out[ROUTE][name], mcp_tools = make_routes(listener, upstreams)

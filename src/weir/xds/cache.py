@@ -36,6 +36,7 @@ from weir import ir
 from weir.xds import build as _build
 from weir.xds.clusters import upstream_cluster
 from weir.xds.common import TCP_EGRESS
+from weir.xds.listeners import tls_listener
 from weir.xds.mcp import uses_tool_policies
 from weir.xds.routes import route_bytes, route_configuration_bytes, virtual_host_field
 from weir.xds.secrets import envoy_secret
@@ -365,7 +366,11 @@ class _CachedParts(_build.Parts):
             configs = self._cache._configs.setdefault(listener.name, _Memo(self._cache._changes))
             try:
                 built, tunneled = _build.listener_part(
-                    listener, u, s, make_routes=lambda routes, uu: self._route_config(configs, routes, uu)
+                    listener,
+                    u,
+                    s,
+                    make_routes=lambda routes, uu: self._route_config(configs, routes, uu),
+                    make_tls_listener=self._tls_listener,
                 )
             except BaseException:
                 configs.rotate(keep_old=True)
@@ -374,6 +379,37 @@ class _CachedParts(_build.Parts):
             return _serialised(built), tunneled
 
         return self._cache._listeners.get(listener.name, listener, upstreams, secrets, make)
+
+    def _tls_listener(
+        self,
+        listener: ir.TlsListener,
+        relays: Mapping[str, list[ir.Upstream | None]],
+        tunnels: set[str],
+        mcp_servers: set[str],
+    ) -> Resource:
+        """A TLS socket's listener, made again only when what its filter chains are made of changed.
+
+        Its HTTPS servers' virtual hosts go to Envoy by RDS, not in the listener: a route edit on
+        a socket of 1,000 HTTPS listeners changes one server's virtual hosts and nothing here, and
+        would otherwise build and serialise 1,000 filter chains to find the same bytes. The key
+        holds everything :func:`weir.xds.listeners.tls_listener` reads.
+        """
+        key = (
+            listener.name,
+            listener.address,
+            listener.port,
+            tuple((s.name, s.server_names, s.certificates, s.client_validation) for s in listener.https),
+            listener.relays,
+            tuple(sorted((name, tuple(chosen)) for name, chosen in relays.items())),
+            frozenset(tunnels),
+            frozenset(mcp_servers),
+        )
+        found = self._cache._tls_listeners.get(listener.name)
+        if found is not None and found[0] == key:
+            return found[1]
+        resource = Resource.of(tls_listener(listener, relays, tunnels, mcp_servers), listener.name)
+        self._cache._tls_listeners[listener.name] = (key, resource)
+        return resource
 
     def _route_config(
         self, configs: _Memo[_RouteConfig], routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]
@@ -504,6 +540,8 @@ class BuildCache:
         #: Per listener name, its route configurations (rotated when the listener is rebuilt), each
         #: with its virtual hosts, each with its routes.
         self._configs: dict[str, _Memo[_RouteConfig]] = {}
+        #: Per TLS listener name, what its filter chains were made of and the listener built from it.
+        self._tls_listeners: dict[str, tuple[Any, Resource]] = {}
         #: [hits, misses] of the memos of routes.
         self._route_counts = [0, 0]
         self._memos: tuple[_Memo[Any], ...] = (self._clusters, self._secrets, self._listeners, self._egress)
@@ -540,6 +578,7 @@ class BuildCache:
         self._pending = (set(), set())
         listeners = {listener.name for listener in ir_.listeners}
         self._configs = {name: memo for name, memo in self._configs.items() if name in listeners}
+        self._tls_listeners = {n: v for n, v in self._tls_listeners.items() if n in listeners}
         for memo in self._memos:
             memo.rotate()
         self.rebuilt = self._misses() - misses
