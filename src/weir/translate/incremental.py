@@ -13,11 +13,14 @@ alone), the listener contexts the units are placed in, the upstream and
 secret tables. The next snapshot is compared with the last one by object
 identity (providers hand over the same object for what did not change), and
 when every change is of a kind whose effects are known exactly —
-HTTPRoutes, XBackends, Services and EndpointSlices — it is *patched*:
+HTTPRoutes, XBackends, Services, EndpointSlices, and the Secrets and
+ConfigMaps that only XBackends name — it is *patched*:
 
 1. The routes to recompute: the changed ones and those naming a changed
-   backend (``RouteUnit.reads``). Their old units are taken out of the
-   listener contexts and the new ones put in.
+   backend (``RouteUnit.reads``); a Secret or ConfigMap changes the
+   XBackends whose spec names it (:func:`_named`), as if they had been
+   edited. Their old units are taken out of the listener contexts and the
+   new ones put in.
 2. The XBackends to settle again: the changed ones and those the old or new
    units resolved. Their users (Gateways), egress policy, upstream and
    status are recomputed from the users the units record.
@@ -29,8 +32,10 @@ HTTPRoutes, XBackends, Services and EndpointSlices — it is *patched*:
    as before, so what consumes them can compare by identity.
 
 Anything else falls back to a full translation, which is always correct:
-a change of another kind (a Gateway, a Secret, a ReferenceGrant, a policy,
-a Namespace, a GRPCRoute ...), an edited HTTPRoute that shares a hostname
+a change of another kind (a Gateway, a ReferenceGrant, a policy,
+a Namespace, a GRPCRoute ...), a Secret or ConfigMap whose name any object
+of those kinds mentions (a listener's certificate, a policy's CA: found by
+name, conservatively), an edited HTTPRoute that shares a hostname
 with a GRPCRoute on a listener (their conflicts are settled over all routes
 of both kinds), a touched backend that a TCPRoute, TLSRoute, GRPCRoute or
 policy also names, an XBackend the egress policy refuses before or after,
@@ -49,6 +54,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel
 
 from weir import ir
 from weir.api.discovery_v1 import EndpointSlice
@@ -76,6 +83,11 @@ from weir.translate.virtualhosts import Owners
 
 #: Kinds whose changes a patch follows exactly; a change of any other kind means a full translation.
 PATCHED_KINDS = frozenset({"HTTPRoute", "XBackend", "Service", "EndpointSlice"})
+#: Kinds whose changes are patched when only XBackends name the object (see :func:`_named`).
+CONFIG_KINDS = frozenset({"Secret", "ConfigMap"})
+#: Kinds that read no Secret or ConfigMap (their translation has no path to one; the XBackends'
+#: reads are indexed by name instead): every other kind's mentions pin a name.
+_NO_CONFIG_READS = PATCHED_KINDS - {"XBackend"} | CONFIG_KINDS
 
 Socket = tuple[str, int]
 
@@ -104,6 +116,12 @@ class _State:
     #: backends that something besides HTTPRoutes reads (TCPRoutes, TLSRoutes, policies, the
     #: published Service): touching one means a full translation
     pinned: frozenset[ObjectKey]
+    #: Secret or ConfigMap name -> the XBackends whose spec names it; and each XBackend's names
+    config_readers: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    xbackend_names: dict[ObjectKey, frozenset[str]] = field(default_factory=dict)
+    #: every name that an object of another kind (a Gateway, a policy, a route relayed over TCP ...)
+    #: mentions: a Secret or ConfigMap of such a name takes a full pass
+    config_pinned: frozenset[str] = frozenset()
     listener_at: dict[Socket, int] = field(default_factory=dict)
     #: per served socket, who owns which name among its listeners (made when first patched)
     owners: dict[Socket, Owners] = field(default_factory=dict)
@@ -222,6 +240,16 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         pinned.add(ObjectKey("Service", *settings.publish_service))
     translation = passed.translation
     by_key, existing = parent_index(resources, passed.surroundings.gateways)
+    config_readers: dict[str, set[ObjectKey]] = {}
+    xbackend_names: dict[ObjectKey, frozenset[str]] = {}
+    config_pinned: set[str] = set()
+    for key, obj in resources.objects.items():
+        if key.kind == "XBackend":
+            xbackend_names[key] = names = _named(obj)
+            for name in names:
+                config_readers.setdefault(name, set()).add(key)
+        elif key.kind not in _NO_CONFIG_READS:
+            config_pinned |= _named(obj)
     return _State(
         resources=resources,
         translation=translation,
@@ -236,16 +264,42 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         upstreams={u.name: u for u in translation.ir.upstreams},
         secrets={s.name: s for s in translation.ir.secrets},
         pinned=frozenset(pinned),
+        config_readers=config_readers,
+        xbackend_names=xbackend_names,
+        config_pinned=frozenset(config_pinned),
         listener_at={(lst.address, lst.port): i for i, lst in enumerate(translation.ir.listeners)},
     )
 
 
+def _named(obj: Any) -> frozenset[str]:
+    """Every string in ``obj``'s ``spec`` (or, for a kind without one, in the whole object but its
+    metadata): a superset of the names of the Secrets and ConfigMaps it can refer to, whatever the
+    field. Conservative on purpose: a name mentioned for another reason only costs a full pass."""
+    found: set[str] = set()
+    stack: list[Any] = [getattr(obj, "spec", None) or obj.model_dump(exclude={"metadata", "status"})]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, BaseModel):
+            stack.extend(value.__dict__.values())
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            stack.extend(value)
+    return frozenset(found)
+
+
 def _changed_backends(state: _State, resources: Resources, changed: Iterable[ObjectKey]) -> set[ObjectKey]:
-    """The Services and XBackends whose resolution ``changed`` can alter (a slice: its Service)."""
+    """The Services and XBackends whose resolution ``changed`` can alter (a slice: its Service; a
+    Secret or ConfigMap: the XBackends that name it)."""
     out: set[ObjectKey] = set()
     for key in changed:
         if key.kind in ("Service", "XBackend"):
             out.add(key)
+        elif key.kind in CONFIG_KINDS:
+            out.update(state.config_readers.get(key.name, ()))
         elif key.kind == EndpointSlice.KIND:
             for obj in (state.resources.objects.get(key), resources.objects.get(key)):
                 if isinstance(obj, EndpointSlice) and obj.service_name:
@@ -261,8 +315,10 @@ def _changed_backends(state: _State, resources: Resources, changed: Iterable[Obj
 
 def _patch(state: _State, resources: Resources, changed: set[ObjectKey], settings: Settings) -> str | None:
     """Bring ``state`` to ``resources``; else (``state`` untouched) why only a full pass can."""
-    if any(key.kind not in PATCHED_KINDS for key in changed):
+    if any(key.kind not in PATCHED_KINDS and key.kind not in CONFIG_KINDS for key in changed):
         return "other kinds changed"
+    if any(key.kind in CONFIG_KINDS and key.name in state.config_pinned for key in changed):
+        return "a Secret or ConfigMap that other kinds name"
     backends = _changed_backends(state, resources, changed)
     todo = {key for key in changed if key.kind == "HTTPRoute"}
     for backend in backends:
@@ -322,6 +378,9 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     xbackend_statuses = resolver.xbackend_statuses(settings.controller_name, only=settle)
 
     # Apply.
+    for key in changed:
+        if key.kind == "XBackend":
+            _index_names(state, key, resources.objects.get(key))
     statuses = dict(state.translation.statuses)
     added = False
     listeners: dict[int, ListenerContext] = {}
@@ -395,6 +454,20 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     )
     state.resources = resources
     return None
+
+
+def _index_names(state: _State, key: ObjectKey, xb: Any) -> None:
+    """Keep :attr:`_State.config_readers` true for the XBackend ``key``, now ``xb`` (or gone)."""
+    for name in state.xbackend_names.pop(key, ()):
+        readers = state.config_readers.get(name)
+        if readers is not None:
+            readers.discard(key)
+            if not readers:
+                del state.config_readers[name]
+    if xb is not None:
+        state.xbackend_names[key] = names = _named(xb)
+        for name in names:
+            state.config_readers.setdefault(name, set()).add(key)
 
 
 def _unplace(state: _State, unit: RouteUnit, listeners: dict[int, ListenerContext]) -> None:
