@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_shapes import PORTS, UPSTREAM_PORT, generate, parse, shapes
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from bench_shapes import PORTS, UPSTREAM_PORT, generate, parse, shapes
 from test_incremental import assert_same
 
 from weir.api.meta import KubeObject, ObjectKey
@@ -192,7 +192,6 @@ def test_a_ca_only_xbackends_name_is_patched(shape_name: str, tmp_path: Path) ->
     """XBackend ``x0`` trusts a CA of its own (a ConfigMap), then the CA is replaced, removed and
     made again: each step equals a full translation and is patched (only ``x0``'s routes are made
     again); in ``host`` the CA every XBackend shares is replaced first."""
-    shape = shapes.SHAPES[shape_name]
     n = N[shape_name]
     current, pki = generate(shape_name, n, tmp_path)
     resources = Resources.from_objects(current.values())
