@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import controlplane_shapes as shapes  # noqa: E402
+import controlplane_shapes as shapes
 
 PORTS = [18080, 18081, 18082, 18083]
 UPSTREAM_PORT = 18443
@@ -174,7 +174,9 @@ def table(shape_name: str, results: Sequence[dict[str, Any]]) -> str:
                 if phase.startswith("edit")
                 else f"{v['cpu']:.2f}; {v['wall']:.2f}"
             )
-        k = growth(results[-2][phase]["cpu"], results[-1][phase]["cpu"], ns[-2], ns[-1]) if len(ns) > 1 else "-"
+        k = "-"
+        if len(ns) > 1:
+            k = growth(results[-2][phase]["cpu"], results[-1][phase]["cpu"], ns[-2], ns[-1])
         lines.append(f"| {phase} | " + " | ".join(cells) + f" | {k} |")
     rss = " | ".join(f"{r['rss_load']:.0f} / {r['peak_rss']:.0f} MiB" for r in results)
     lines.append(f"| RSS after load / peak | {rss} | |")
