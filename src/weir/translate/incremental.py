@@ -18,7 +18,7 @@ ConfigMaps that only XBackends name — it is *patched*:
 
 1. The routes to recompute: the changed ones and those naming a changed
    backend (``RouteUnit.reads``); a Secret or ConfigMap changes the
-   XBackends whose spec names it (:func:`_named`), as if they had been
+   XBackends that name it (:func:`_xbackend_names`), as if they had been
    edited. Their old units are taken out of the listener contexts and the
    new ones put in.
 2. The XBackends to settle again: the changed ones and those the old or new
@@ -65,6 +65,7 @@ from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
+from weir.api.xbackend_v1alpha1 import XBackend
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, patched_listener
@@ -83,7 +84,7 @@ from weir.translate.virtualhosts import Owners
 
 #: Kinds whose changes a patch follows exactly; a change of any other kind means a full translation.
 PATCHED_KINDS = frozenset({"HTTPRoute", "XBackend", "Service", "EndpointSlice"})
-#: Kinds whose changes are patched when only XBackends name the object (see :func:`_named`).
+#: Kinds whose changes are patched when only XBackends name the object (see :func:`_xbackend_names`).
 CONFIG_KINDS = frozenset({"Secret", "ConfigMap"})
 #: Kinds that read no Secret or ConfigMap (their translation has no path to one; the XBackends'
 #: reads are indexed by name instead): every other kind's mentions pin a name.
@@ -244,8 +245,9 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
     xbackend_names: dict[ObjectKey, frozenset[str]] = {}
     config_pinned: set[str] = set()
     for key, obj in resources.objects.items():
-        if key.kind == "XBackend":
-            xbackend_names[key] = names = _named(obj)
+        if isinstance(obj, XBackend):
+            if names := _xbackend_names(obj):
+                xbackend_names[key] = names
             for name in names:
                 config_readers.setdefault(name, set()).add(key)
         elif key.kind not in _NO_CONFIG_READS:
@@ -289,6 +291,20 @@ def _named(obj: Any) -> frozenset[str]:
         elif isinstance(value, list | tuple | set | frozenset):
             stack.extend(value)
     return frozenset(found)
+
+
+def _xbackend_names(xb: XBackend) -> frozenset[str]:
+    """The names of the Secrets and ConfigMaps an XBackend's translation reads: its CA references
+    and its client certificate (what :func:`weir.translate.backends._evaluate_xbackend` passes to
+    :mod:`weir.translate.tls`). Names only: a namespace given, or another kind, at worst makes an
+    XBackend recomputed that did not need to be."""
+    tls = xb.spec.tls
+    if tls is None:
+        return frozenset()
+    names = {ref.name for ref in tls.validation.ca_certificate_refs} if tls.validation else set()
+    if tls.client_certificate_ref is not None:
+        names.add(tls.client_certificate_ref.name)
+    return frozenset(names)
 
 
 def _changed_backends(state: _State, resources: Resources, changed: Iterable[ObjectKey]) -> set[ObjectKey]:
@@ -456,7 +472,7 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     return None
 
 
-def _index_names(state: _State, key: ObjectKey, xb: Any) -> None:
+def _index_names(state: _State, key: ObjectKey, xb: object) -> None:
     """Keep :attr:`_State.config_readers` true for the XBackend ``key``, now ``xb`` (or gone)."""
     for name in state.xbackend_names.pop(key, ()):
         readers = state.config_readers.get(name)
@@ -464,8 +480,8 @@ def _index_names(state: _State, key: ObjectKey, xb: Any) -> None:
             readers.discard(key)
             if not readers:
                 del state.config_readers[name]
-    if xb is not None:
-        state.xbackend_names[key] = names = _named(xb)
+    if isinstance(xb, XBackend) and (names := _xbackend_names(xb)):
+        state.xbackend_names[key] = names
         for name in names:
             state.config_readers.setdefault(name, set()).add(key)
 
