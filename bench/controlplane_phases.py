@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raw[shape_name].append(measure(shape_name, n, opts.edits, Path(tmp)))
                 gc.unfreeze()
                 gc.collect()
-                print(f"{shape_name} N={n} done", file=sys.stderr, flush=True)
+                print(f"{shape_name} N={n}: {json.dumps(raw[shape_name][-1])}", file=sys.stderr, flush=True)
             print(table(shape_name, raw[shape_name]))
     if opts.json is not None:
         opts.json.write_text(json.dumps(raw, indent=1) + "\n")
