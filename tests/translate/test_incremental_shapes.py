@@ -50,10 +50,11 @@ KINDS = (
 )
 
 
-#: (shape, kind) pairs that must be patched, not translated in full: a Secret or ConfigMap only
-#: XBackends name (host: the shared CA) or nothing names (path, gateways). While a GRPCRoute
+#: (shape, kind) pairs that must be patched, not translated in full: a Secret or ConfigMap nothing
+#: names (path, gateways). (The CA every XBackend of ``host`` trusts takes a full pass: it changes
+#: every route, see ``_PATCH_AT_MOST``.) While a GRPCRoute
 #: names one of the XBackends, those are another kind's too and take a full pass (:func:`must_patch`).
-PATCHED = {(shape, "secret or configmap") for shape in ("path", "host", "gateways")}
+PATCHED = {(shape, "secret or configmap") for shape in ("path", "gateways")}
 
 
 def must_patch(shape_name: str, kind: str, current: dict[ObjectKey, KubeObject]) -> bool:
@@ -212,7 +213,7 @@ def test_a_ca_only_xbackends_name_is_patched(shape_name: str, tmp_path: Path) ->
     )
     steps: list[tuple[dict[ObjectKey, KubeObject], set[ObjectKey], bool]] = []
     if shape_name == "host":
-        steps.append((ca(shapes.CA_CONFIGMAP, other.ca_pem), set(), True))
+        steps.append((ca(shapes.CA_CONFIGMAP, other.ca_pem), set(), False))
     steps += [
         (own, set(), True),  # an XBackend edit
         (ca("ca-x0", pki.ca_pem), set(), True),
