@@ -38,3 +38,26 @@ def test_controlplane_bench_smoke_prints_its_table(shape: str) -> None:
     assert f"--shape {shape} --n 100" in out
     # Every edit was answered through Envoy (the bench exits 1 otherwise) and none failed.
     assert "| 100 |" in out and out.split("| 100 |", 1)[1].split("\n", 1)[0].rstrip().endswith("| 0 |")
+
+
+PHASES = BENCH.parent / "controlplane_phases.py"
+
+
+@pytest.mark.parametrize("shape", ["path", "host", "gateways", "tls"])
+def test_phases_bench_smoke_prints_its_table(shape: str) -> None:
+    """``bench/controlplane_phases.py`` at two small N: every phase and edit kind is reported, and
+    the edits that must be patched were (a Secret or ConfigMap only one XBackend names; in ``host``
+    the CA every XBackend trusts, and in ``tls`` a listener's certificate, take a full pass)."""
+    result = subprocess.run(
+        [sys.executable, str(PHASES), "--shape", shape, "--n", "10", "20", "--edits", "1"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for row in ("| load |", "| translate |", "| build |", "| edit address |", "| edit backend |"):
+        assert row in out, f"missing row {row!r}:\n{out}"
+    secret_row = next(line for line in out.splitlines() if line.startswith("| edit secret or configmap |"))
+    assert ("full" in secret_row) == (shape in ("host", "tls")), secret_row

@@ -9,7 +9,10 @@ new XBackend, a route or an XBackend removed, a Secret or ConfigMap edited
 edited, and a listener added to a Gateway. After each, :class:`Translator`
 must give what :func:`translate` gives. Some of these take a full pass today
 (``Translator.counts`` says which); the property holds either way, and
-keeps holding as more of them are patched.
+keeps holding as more of them are patched. :data:`PATCHED` says which kinds
+must be patched in which shapes (a Secret or ConfigMap that only XBackends
+name, or that nothing names, is; a listener's certificate is not yet).
+Hypothesis draws further sequences of kinds and edits in every shape.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from typing import Any
 
 import pytest
 from bench_shapes import PORTS, UPSTREAM_PORT, generate, parse, shapes
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from test_incremental import assert_same
 
 from weir.api.meta import KubeObject, ObjectKey
@@ -42,6 +48,17 @@ KINDS = (
     "grpcroute",
     "listener added",
 )
+
+
+#: (shape, kind) pairs that must be patched, not translated in full: a Secret or ConfigMap nothing
+#: names (path, gateways). (The CA every XBackend of ``host`` trusts takes a full pass: it changes
+#: every route, see ``_PATCH_AT_MOST``.) While a GRPCRoute
+#: names one of the XBackends, those are another kind's too and take a full pass (:func:`must_patch`).
+PATCHED = {(shape, "secret or configmap") for shape in ("path", "gateways")}
+
+
+def must_patch(shape_name: str, kind: str, current: dict[ObjectKey, KubeObject]) -> bool:
+    return (shape_name, kind) in PATCHED and not any(key.kind == "GRPCRoute" for key in current)
 
 
 def edit(
@@ -130,4 +147,81 @@ def test_every_kind_of_edit_equals_a_full_translation(shape_name: str, tmp_path:
         current.update(upserts)
         resources = resources.with_changes(upserts, removed)
         assert_same(translator.translate(resources), translate(resources, SETTINGS)), kind
+        if must_patch(shape_name, kind, current):
+            assert translator.last == "patched", (kind, translator.last)
     assert translator.counts["patched"] >= STEPS // 3, translator.counts
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[ObjectKey, KubeObject], Any]]:
+    """Each shape's objects at :data:`N` (made once: generating a shape issues certificates)."""
+    return {name: generate(name, N[name], tmp_path_factory.mktemp(name)) for name in N}
+
+
+@pytest.mark.parametrize("shape_name", ["path", "host", "gateways", "tls"])
+@hypothesis_settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=8), rng=st.randoms(use_true_random=False))
+def test_drawn_edit_sequences_equal_a_full_translation(
+    shape_name: str,
+    worlds: dict[str, tuple[dict[ObjectKey, KubeObject], Any]],
+    kinds: list[str],
+    rng: random.Random,
+) -> None:
+    shape = shapes.SHAPES[shape_name]
+    n = N[shape_name]
+    objects, pki = worlds[shape_name]
+    current = dict(objects)
+    resources = Resources.from_objects(current.values())
+    translator = Translator(SETTINGS)
+    translator.translate(resources)
+    for kind in kinds:
+        upserts, removed = edit(kind, shape, rng, n, current, pki)
+        removed &= current.keys()
+        for key in removed:
+            del current[key]
+        current.update(upserts)
+        resources = resources.with_changes(upserts, removed)
+        assert_same(translator.translate(resources), translate(resources, SETTINGS))
+        if must_patch(shape_name, kind, current):
+            assert translator.last == "patched", (kind, translator.last)
+
+
+@pytest.mark.parametrize("shape_name", ["path", "host", "gateways"])
+def test_a_ca_only_xbackends_name_is_patched(shape_name: str, tmp_path: Path) -> None:
+    """XBackend ``x0`` trusts a CA of its own (a ConfigMap), then the CA is replaced, removed and
+    made again: each step equals a full translation and is patched (only ``x0``'s routes are made
+    again); in ``host`` the CA every XBackend shares is replaced first."""
+    n = N[shape_name]
+    current, pki = generate(shape_name, n, tmp_path)
+    resources = Resources.from_objects(current.values())
+    translator = Translator(SETTINGS)
+    translator.translate(resources)
+    other = shapes.make_pki(tmp_path / "other")
+
+    def ca(name: str, pem: str) -> dict[ObjectKey, KubeObject]:
+        text = f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: default}}\n"
+        return parse(text + f"data:\n  ca.crt: |\n{_indent(pem)}")
+
+    own = parse(
+        "apiVersion: gateway.networking.x-k8s.io/v1alpha1\nkind: XBackend\n"
+        "metadata: {name: x0, namespace: default}\nspec:\n  type: ExternalHostname\n"
+        "  externalHostname: {hostname: x0.bench.example}\n  port: {port: 8443}\n"
+        "  tls:\n    mode: ServerOnly\n    validation:\n      hostname: x0.bench.example\n"
+        "      caCertificateRefs: [{group: '', kind: ConfigMap, name: ca-x0}]\n"
+    )
+    steps: list[tuple[dict[ObjectKey, KubeObject], set[ObjectKey], bool]] = []
+    if shape_name == "host":
+        steps.append((ca(shapes.CA_CONFIGMAP, other.ca_pem), set(), False))
+    steps += [
+        (own, set(), True),  # an XBackend edit
+        (ca("ca-x0", pki.ca_pem), set(), True),
+        (ca("ca-x0", other.ca_pem), set(), True),
+        ({}, {ObjectKey("ConfigMap", "default", "ca-x0")}, True),
+        (ca("ca-x0", pki.ca_pem), set(), True),
+    ]
+    for upserts, removed, patched in steps:
+        resources = resources.with_changes(upserts, removed)
+        assert_same(translator.translate(resources), translate(resources, SETTINGS))
+        assert (translator.last == "patched") == patched, translator.last

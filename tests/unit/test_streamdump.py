@@ -86,3 +86,21 @@ def test_translate_prints_what_it_printed_all_at_once(name: str, output: str) ->
         assert result.stdout == json.dumps(eager, indent=2) + "\n"
     else:
         assert yaml.safe_load(result.stdout) == yaml.safe_load(yaml_text(eager))
+
+
+def test_json_falls_back_to_the_standard_encoder_without_losing_lazy_parts() -> None:
+    """Non-ASCII text (escaped as ``json`` escapes it) and integers beyond 64 bits (which orjson
+    refuses) inside an eager part holding lazy ones: the lazy parts, made once by orjson, are
+    still there when ``json`` encodes the part again."""
+    eager = {"outer": [{"name": "café", "big": 2**70, "inner": {"k": [1, 2]}}]}
+    made = []
+
+    def items() -> Any:
+        made.append(1)
+        yield "k", LazyList(iter([1, 2]))
+
+    data = LazyMap([("outer", [{"name": "café", "big": 2**70, "inner": LazyMap(items())}])])
+    out = io.StringIO()
+    write_json(data, out.write)
+    assert out.getvalue() == json.dumps(eager, indent=2) + "\n"
+    assert made == [1]

@@ -13,11 +13,14 @@ alone), the listener contexts the units are placed in, the upstream and
 secret tables. The next snapshot is compared with the last one by object
 identity (providers hand over the same object for what did not change), and
 when every change is of a kind whose effects are known exactly —
-HTTPRoutes, XBackends, Services and EndpointSlices — it is *patched*:
+HTTPRoutes, XBackends, Services, EndpointSlices, and the Secrets and
+ConfigMaps that only XBackends name — it is *patched*:
 
 1. The routes to recompute: the changed ones and those naming a changed
-   backend (``RouteUnit.reads``). Their old units are taken out of the
-   listener contexts and the new ones put in.
+   backend (``RouteUnit.reads``); a Secret or ConfigMap changes the
+   XBackends that name it (:func:`_xbackend_names`), as if they had been
+   edited. Their old units are taken out of the listener contexts and the
+   new ones put in.
 2. The XBackends to settle again: the changed ones and those the old or new
    units resolved. Their users (Gateways), egress policy, upstream and
    status are recomputed from the users the units record.
@@ -29,8 +32,10 @@ HTTPRoutes, XBackends, Services and EndpointSlices — it is *patched*:
    as before, so what consumes them can compare by identity.
 
 Anything else falls back to a full translation, which is always correct:
-a change of another kind (a Gateway, a Secret, a ReferenceGrant, a policy,
-a Namespace, a GRPCRoute ...), an edited HTTPRoute that shares a hostname
+a change of another kind (a Gateway, a ReferenceGrant, a policy,
+a Namespace, a GRPCRoute ...), a Secret or ConfigMap whose name any object
+of those kinds mentions (a listener's certificate, a policy's CA: found by
+name, conservatively), an edited HTTPRoute that shares a hostname
 with a GRPCRoute on a listener (their conflicts are settled over all routes
 of both kinds), a touched backend that a TCPRoute, TLSRoute, GRPCRoute or
 policy also names, an XBackend the egress policy refuses before or after,
@@ -50,6 +55,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from weir import ir
 from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1 import HTTPRoute
@@ -58,6 +65,7 @@ from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
+from weir.api.xbackend_v1alpha1 import XBackend
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, patched_listener
@@ -76,6 +84,11 @@ from weir.translate.virtualhosts import Owners
 
 #: Kinds whose changes a patch follows exactly; a change of any other kind means a full translation.
 PATCHED_KINDS = frozenset({"HTTPRoute", "XBackend", "Service", "EndpointSlice"})
+#: Kinds whose changes are patched when only XBackends name the object (see :func:`_xbackend_names`).
+CONFIG_KINDS = frozenset({"Secret", "ConfigMap"})
+#: Kinds that read no Secret or ConfigMap (their translation has no path to one; the XBackends'
+#: reads are indexed by name instead): every other kind's mentions pin a name.
+_NO_CONFIG_READS = PATCHED_KINDS - {"XBackend"} | CONFIG_KINDS
 
 Socket = tuple[str, int]
 
@@ -104,6 +117,12 @@ class _State:
     #: backends that something besides HTTPRoutes reads (TCPRoutes, TLSRoutes, policies, the
     #: published Service): touching one means a full translation
     pinned: frozenset[ObjectKey]
+    #: Secret or ConfigMap name -> the XBackends whose spec names it; and each XBackend's names
+    config_readers: dict[str, set[ObjectKey]] = field(default_factory=dict)
+    xbackend_names: dict[ObjectKey, frozenset[str]] = field(default_factory=dict)
+    #: every name that an object of another kind (a Gateway, a policy, a route relayed over TCP ...)
+    #: mentions: a Secret or ConfigMap of such a name takes a full pass
+    config_pinned: frozenset[str] = frozenset()
     listener_at: dict[Socket, int] = field(default_factory=dict)
     #: per served socket, who owns which name among its listeners (made when first patched)
     owners: dict[Socket, Owners] = field(default_factory=dict)
@@ -154,6 +173,11 @@ class Translator:
         self.counts[how] += 1
         self.last = f"{how}: {why}" if why else how
 
+
+#: A change that recomputes more than this share of the routes takes a full pass: a patch keeps old
+#: and new state side by side and does per-route bookkeeping a full pass does not (a CA that every
+#: XBackend trusts, at 10,000 routes).
+_PATCH_AT_MOST = 0.5
 
 #: Beyond this many replaced objects, equal ones are not looked for (the pass will be full anyway).
 _COMPARE_AT_MOST = 256
@@ -224,6 +248,17 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         pinned.add(ObjectKey("Service", *settings.publish_service))
     translation = passed.translation
     by_key, existing = parent_index(resources, passed.surroundings.gateways)
+    config_readers: dict[str, set[ObjectKey]] = {}
+    xbackend_names: dict[ObjectKey, frozenset[str]] = {}
+    config_pinned: set[str] = set()
+    for key, obj in resources.objects.items():
+        if isinstance(obj, XBackend):
+            if names := _xbackend_names(obj):
+                xbackend_names[key] = names
+            for name in names:
+                config_readers.setdefault(name, set()).add(key)
+        elif key.kind not in _NO_CONFIG_READS:
+            config_pinned |= _named(obj)
     return _State(
         resources=resources,
         translation=translation,
@@ -238,16 +273,56 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         upstreams={u.name: u for u in translation.ir.upstreams},
         secrets={s.name: s for s in translation.ir.secrets},
         pinned=frozenset(pinned),
+        config_readers=config_readers,
+        xbackend_names=xbackend_names,
+        config_pinned=frozenset(config_pinned),
         listener_at={(lst.address, lst.port): i for i, lst in enumerate(translation.ir.listeners)},
     )
 
 
+def _named(obj: Any) -> frozenset[str]:
+    """Every string in ``obj``'s ``spec`` (or, for a kind without one, in the whole object but its
+    metadata): a superset of the names of the Secrets and ConfigMaps it can refer to, whatever the
+    field. Conservative on purpose: a name mentioned for another reason only costs a full pass."""
+    found: set[str] = set()
+    stack: list[Any] = [getattr(obj, "spec", None) or obj.model_dump(exclude={"metadata", "status"})]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.add(value)
+        elif isinstance(value, BaseModel):
+            stack.extend(value.__dict__.values())
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            stack.extend(value)
+    return frozenset(found)
+
+
+def _xbackend_names(xb: XBackend) -> frozenset[str]:
+    """The names of the Secrets and ConfigMaps an XBackend's translation reads: its CA references
+    and its client certificate (what :func:`weir.translate.backends._evaluate_xbackend` passes to
+    :mod:`weir.translate.tls`). Names only: a namespace given, or another kind, at worst makes an
+    XBackend recomputed that did not need to be."""
+    tls = xb.spec.tls
+    if tls is None:
+        return frozenset()
+    names = {ref.name for ref in tls.validation.ca_certificate_refs} if tls.validation else set()
+    if tls.client_certificate_ref is not None:
+        names.add(tls.client_certificate_ref.name)
+    return frozenset(names)
+
+
 def _changed_backends(state: _State, resources: Resources, changed: Iterable[ObjectKey]) -> set[ObjectKey]:
-    """The Services and XBackends whose resolution ``changed`` can alter (a slice: its Service)."""
+    """The Services and XBackends whose resolution ``changed`` can alter (a slice: its Service; a
+    Secret or ConfigMap: the XBackends that name it)."""
     out: set[ObjectKey] = set()
     for key in changed:
         if key.kind in ("Service", "XBackend"):
             out.add(key)
+        elif key.kind in CONFIG_KINDS:
+            out.update(state.config_readers.get(key.name, ()))
         elif key.kind == EndpointSlice.KIND:
             for obj in (state.resources.objects.get(key), resources.objects.get(key)):
                 if isinstance(obj, EndpointSlice) and obj.service_name:
@@ -263,12 +338,16 @@ def _changed_backends(state: _State, resources: Resources, changed: Iterable[Obj
 
 def _patch(state: _State, resources: Resources, changed: set[ObjectKey], settings: Settings) -> str | None:
     """Bring ``state`` to ``resources``; else (``state`` untouched) why only a full pass can."""
-    if any(key.kind not in PATCHED_KINDS for key in changed):
+    if any(key.kind not in PATCHED_KINDS and key.kind not in CONFIG_KINDS for key in changed):
         return "other kinds changed"
+    if any(key.kind in CONFIG_KINDS and key.name in state.config_pinned for key in changed):
+        return "a Secret or ConfigMap that other kinds name"
     backends = _changed_backends(state, resources, changed)
     todo = {key for key in changed if key.kind == "HTTPRoute"}
     for backend in backends:
         todo.update(state.readers.get(backend, ()))
+    if len(todo) > _PATCH_AT_MOST * max(len(state.units), 1):
+        return "most routes to recompute"
 
     # Compute everything first, mutate nothing until the patch is known to apply.
     resolver = BackendResolver(resources, settings)
@@ -309,10 +388,17 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     settle = {key for key in backends if key.kind == "XBackend"}
     for unit in units:
         settle |= unit.uses
+    # Each new unit's users, gathered once (per XBackend a scan of every new unit was quadratic in
+    # the routes an edit touches: 43 s for a CA that 10,000 XBackends share).
+    new_users: dict[ObjectKey, list[tuple[ObjectKey, frozenset[ObjectKey]]]] = {}
+    for k, u in new_units.items():
+        if u is not None:
+            for xbackend in u.uses:
+                new_users.setdefault(xbackend, []).append((k, u.gateways))
     users: dict[ObjectKey, dict[ObjectKey, frozenset[ObjectKey]]] = {}
     for xbackend in settle:
         found = {k: v for k, v in state.users.get(xbackend, {}).items() if k not in todo}
-        found.update((k, u.gateways) for k, u in new_units.items() if u is not None and xbackend in u.uses)
+        found.update(new_users.get(xbackend, ()))
         users[xbackend] = found
         if found:
             resolver.register_users(xbackend, {gw for gateways in found.values() for gw in gateways})
@@ -324,6 +410,9 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     xbackend_statuses = resolver.xbackend_statuses(settings.controller_name, only=settle)
 
     # Apply.
+    for key in changed:
+        if key.kind == "XBackend":
+            _index_names(state, key, resources.objects.get(key))
     statuses = dict(state.translation.statuses)
     added = False
     listeners: dict[int, ListenerContext] = {}
@@ -397,6 +486,20 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     )
     state.resources = resources
     return None
+
+
+def _index_names(state: _State, key: ObjectKey, xb: object) -> None:
+    """Keep :attr:`_State.config_readers` true for the XBackend ``key``, now ``xb`` (or gone)."""
+    for name in state.xbackend_names.pop(key, ()):
+        readers = state.config_readers.get(name)
+        if readers is not None:
+            readers.discard(key)
+            if not readers:
+                del state.config_readers[name]
+    if isinstance(xb, XBackend) and (names := _xbackend_names(xb)):
+        state.xbackend_names[key] = names
+        for name in names:
+            state.config_readers.setdefault(name, set()).add(key)
 
 
 def _unplace(state: _State, unit: RouteUnit, listeners: dict[int, ListenerContext]) -> None:
