@@ -626,6 +626,28 @@ INVALID: list[tuple[str, str, list[str]]] = [
         "  - backendRefs: [{name: b, port: 1}]\n",
         ["case.yaml:6: TCPRoute infra/db: spec.rules: Too many: 2: must have at most 1 items"],
     ),
+    *(
+        (
+            f"{kind.lower()}-parent-refs-{case}",
+            head + f"  parentRefs: {refs}\n" + tail,
+            [
+                f"case.yaml:6: {kind} {where}: spec.parentRefs: Invalid value: \"array\": sectionName or port "
+                f"must be {rule} when parentRefs includes 2 or more references to the same parent"
+            ],
+        )
+        for kind, head, where, tail in (
+            ("HTTPRoute", ROUTE, "default/web", ""),
+            ("TLSRoute", TLSROUTE, "infra/db", "  hostnames: [db.example.com]\n  rules: [{backendRefs: [{name: a, port: 1}]}]\n"),
+            ("TCPRoute", TCPROUTE_V1, "infra/db", "  rules: [{backendRefs: [{name: a, port: 1}]}]\n"),
+        )
+        for case, refs, rule in (
+            ("same-parent-twice", "[{name: gw}, {name: gw}]", "unique"),
+            ("empty-and-unset-namespace-alike", "[{name: gw, sectionName: a}, {name: gw, sectionName: a}]", "unique"),
+            ("one-section-name", "[{name: gw}, {name: gw, sectionName: a}]", "specified"),
+            ("one-port", "[{name: gw, port: 80}, {name: gw}]", "specified"),
+            ("same-port", "[{name: gw, port: 80}, {name: gw, port: 80}]", "unique"),
+        )
+    ),
     (
         "name-not-a-string",
         "apiVersion: v1\nkind: Service\nmetadata: {name: 42}\n",
@@ -1178,3 +1200,20 @@ def test_gateway_addresses_the_api_server_accepts() -> None:
     objects, problems = load_text(PRELUDE + text, "case.yaml")
     assert strs(problems) == []
     assert len(objects) == 2
+
+
+@pytest.mark.parametrize(
+    "refs",
+    [
+        "[{name: gw, sectionName: a}, {name: gw, sectionName: b}]",
+        "[{name: gw, port: 80}, {name: gw, port: 443}]",
+        "[{name: gw, sectionName: a, port: 80}, {name: gw, sectionName: a, port: 443}]",
+        "[{name: gw}, {name: gw, namespace: other}]",
+        "[{name: gw}, {name: gw, kind: ListenerSet}]",
+        "[{name: gw}, {name: other}]",
+    ],
+)
+def test_parent_refs_to_distinct_parents_or_sections_load(refs: str) -> None:
+    objects, problems = load_text(ROUTE + f"  parentRefs: {refs}\n", "case.yaml")
+    assert strs(problems) == []
+    assert len(objects) == 1

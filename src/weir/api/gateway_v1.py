@@ -387,6 +387,37 @@ class ParentReference(Model):
     port: PortNumber | None = None
 
 
+#: ``CommonRouteSpec.parentRefs``: the same parent (group, kind, namespace, name; an unset and an
+#: empty namespace are the same) may be named more than once only when every such reference sets
+#: the same of ``sectionName`` and ``port``, to values no other reference repeats. These are the
+#: experimental channel's rules, word for word; the standard channel's say "sectionName" where
+#: these say "sectionName or port" and read no port (its schema has none, and prunes it), so
+#: for references without ``port`` the two agree on what they refuse.
+_SAME_PARENT = (
+    "p1.group == p2.group && p1.kind == p2.kind && p1.name == p2.name && "
+    "(((!has(p1.__namespace__) || p1.__namespace__ == '') && (!has(p2.__namespace__) || p2.__namespace__ == '')) "
+    "|| (has(p1.__namespace__) && has(p2.__namespace__) && p1.__namespace__ == p2.__namespace__))"
+)
+ParentRefs = Annotated[
+    tuple[ParentReference, ...],
+    Field(max_length=32),
+    CelRule(
+        f"self.all(p1, self.all(p2, {_SAME_PARENT} ? "
+        "((!has(p1.sectionName) || p1.sectionName == '') == (!has(p2.sectionName) || p2.sectionName == '') && "
+        "(!has(p1.port) || p1.port == 0) == (!has(p2.port) || p2.port == 0)): true))",
+        "sectionName or port must be specified when parentRefs includes 2 or more references to the same parent",
+    ),
+    CelRule(
+        f"self.all(p1, self.exists_one(p2, {_SAME_PARENT} && "
+        "(((!has(p1.sectionName) || p1.sectionName == '') && (!has(p2.sectionName) || p2.sectionName == '')) "
+        "|| (has(p1.sectionName) && has(p2.sectionName) && p1.sectionName == p2.sectionName)) && "
+        "(((!has(p1.port) || p1.port == 0) && (!has(p2.port) || p2.port == 0)) "
+        "|| (has(p1.port) && has(p2.port) && p1.port == p2.port))))",
+        "sectionName or port must be unique when parentRefs includes 2 or more references to the same parent",
+    ),
+]
+
+
 #: The characters a path of type Exact or PathPrefix may hold (RFC 3986 pchar, and '/').
 _PATH_CHARACTERS = re.compile(r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$")
 
@@ -795,14 +826,14 @@ def _check_rules(rules: tuple[HTTPRouteRule, ...]) -> tuple[HTTPRouteRule, ...]:
 
 
 class HTTPRouteSpec(Model):
-    parent_refs: tuple[ParentReference, ...] = Field(default=(), max_length=32)
+    parent_refs: ParentRefs = ()
     hostnames: tuple[Hostname, ...] = Field(default=(), max_length=16)
     rules: Annotated[tuple[HTTPRouteRule, ...], AfterValidator(_check_rules)] = Field(
         default=(HTTPRouteRule(),), min_length=1, max_length=16
     )
 
 
-class HTTPRoute(ObjectChecked, KubeObject):
+class HTTPRoute(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "HTTPRoute"
 

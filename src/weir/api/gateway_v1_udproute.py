@@ -12,13 +12,14 @@ from typing import ClassVar
 
 from weir.api.gateway_v1 import GROUP
 from weir.api.gateway_v1_tcproute import TCPRouteSpec, TCPRouteSpecV1Alpha2
+from weir.api.cel import CelChecked
 from weir.api.meta import KubeObject
 
 API_VERSION = f"{GROUP}/v1"
 API_VERSION_V1ALPHA2 = f"{GROUP}/v1alpha2"
 
 
-class UDPRoute(KubeObject):
+class UDPRoute(CelChecked, KubeObject):
     """Forwards the datagrams a UDP listener receives to the backends of its rule."""
 
     API_VERSION: ClassVar[str] = API_VERSION
