@@ -28,6 +28,7 @@ Reading the YAML itself (Kubernetes' typing rules, line numbers) is
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gc
 import os
@@ -95,6 +96,9 @@ class Problem:
     object: str | None
     field: str | None
     message: str
+    #: The line the object's document (or List item) starts on, where ``line`` is a field's: what
+    #: tells two objects apart when counting them (not part of the output, nor of equality).
+    start: int | None = dataclasses.field(default=None, compare=False)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
@@ -330,7 +334,7 @@ def _parse_object(data: Any, file: str, line: int, node: Node | None = None) -> 
             line,
             None,
             None,
-            tuple(Problem("error", file, at(path), label, path, msg) for path, msg in identity),
+            tuple(Problem("error", file, at(path), label, path, msg, line) for path, msg in identity),
             label=label,
         )
     assert isinstance(api_version, str) and isinstance(kind, str)
@@ -359,11 +363,12 @@ def _parse_object(data: Any, file: str, line: int, node: Node | None = None) -> 
         obj = model.model_validate(data)
     except ValidationError as err:
         problems = tuple(
-            Problem("error", file, at(path), label, path, message) for path, message in api_errors(model, err)
+            Problem("error", file, at(path), label, path, message, line)
+            for path, message in api_errors(model, err)
         )
         return Document(line, key, None, problems, label=label)
     warnings = tuple(
-        Problem("warning", file, at(path), label, path, message) for path, message in obj.warnings()
+        Problem("warning", file, at(path), label, path, message, line) for path, message in obj.warnings()
     )
     return Document(line, key, Loaded(obj, file, line), warnings, label=label)
 

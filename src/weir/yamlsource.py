@@ -386,7 +386,8 @@ def field_line(document: Node, path: str | None) -> int:
     editor should jump), a list item's the line its item starts on. A field
     the document does not hold (a required one that is missing, a default,
     an index past the end) gets the line of the deepest part of its path that
-    is there, at worst the document's own first line. Never raises.
+    is there, at worst the document's own first line; a field reached through
+    an alias, the line where the anchored value is written. Never raises.
     """
     line = document.start_mark.line
     node: Node | None = document

@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from weir.api.cel import CelChecked, CelRule
-from weir.api.listtypes import LIST_SET, ObjectChecked, ObjectError, list_map
+from weir.api.listtypes import LIST_SET, ObjectError, list_map
 from weir.api.meta import (
     AnnotationValue,
     Group,
@@ -395,7 +395,8 @@ class ParentReference(Model):
 #: for references without ``port`` the two agree on what they refuse.
 _SAME_PARENT = (
     "p1.group == p2.group && p1.kind == p2.kind && p1.name == p2.name && "
-    "(((!has(p1.__namespace__) || p1.__namespace__ == '') && (!has(p2.__namespace__) || p2.__namespace__ == '')) "
+    "(((!has(p1.__namespace__) || p1.__namespace__ == '') && "
+    "(!has(p2.__namespace__) || p2.__namespace__ == '')) "
     "|| (has(p1.__namespace__) && has(p2.__namespace__) && p1.__namespace__ == p2.__namespace__))"
 )
 ParentRefs = Annotated[
@@ -403,9 +404,11 @@ ParentRefs = Annotated[
     Field(max_length=32),
     CelRule(
         f"self.all(p1, self.all(p2, {_SAME_PARENT} ? "
-        "((!has(p1.sectionName) || p1.sectionName == '') == (!has(p2.sectionName) || p2.sectionName == '') && "
+        "((!has(p1.sectionName) || p1.sectionName == '') == "
+        "(!has(p2.sectionName) || p2.sectionName == '') && "
         "(!has(p1.port) || p1.port == 0) == (!has(p2.port) || p2.port == 0)): true))",
-        "sectionName or port must be specified when parentRefs includes 2 or more references to the same parent",
+        "sectionName or port must be specified when parentRefs includes 2 or more references "
+        "to the same parent",
     ),
     CelRule(
         f"self.all(p1, self.exists_one(p2, {_SAME_PARENT} && "

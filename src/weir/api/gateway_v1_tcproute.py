@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from weir.api.gateway_v1 import GROUP, BackendRef, ParentRefs
 from weir.api.cel import CelChecked
+from weir.api.gateway_v1 import GROUP, BackendRef, ParentRefs
 from weir.api.meta import KubeObject, Model, SectionName
 
 API_VERSION = f"{GROUP}/v1"

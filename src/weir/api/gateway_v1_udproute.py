@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from weir.api.cel import CelChecked
 from weir.api.gateway_v1 import GROUP
 from weir.api.gateway_v1_tcproute import TCPRouteSpec, TCPRouteSpecV1Alpha2
-from weir.api.cel import CelChecked
 from weir.api.meta import KubeObject
 
 API_VERSION = f"{GROUP}/v1"
