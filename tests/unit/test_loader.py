@@ -631,7 +631,7 @@ INVALID: list[tuple[str, str, list[str]]] = [
             f"{kind.lower()}-parent-refs-{case}",
             head + f"  parentRefs: {refs}\n" + tail,
             [
-                f'case.yaml:6: {kind} {where}: spec.parentRefs: Invalid value: "array": sectionName or port '
+                f'case.yaml:6: {kind} {where}: spec.parentRefs: Invalid value: "array": sectionName '
                 f"must be {rule} when parentRefs includes 2 or more references to the same parent"
             ],
         )
@@ -648,13 +648,13 @@ INVALID: list[tuple[str, str, list[str]]] = [
         for case, refs, rule in (
             ("same-parent-twice", "[{name: gw}, {name: gw}]", "unique"),
             (
-                "empty-and-unset-namespace-alike",
+                "same-section-twice",
                 "[{name: gw, sectionName: a}, {name: gw, sectionName: a}]",
                 "unique",
             ),
             ("one-section-name", "[{name: gw}, {name: gw, sectionName: a}]", "specified"),
-            ("one-port", "[{name: gw, port: 80}, {name: gw}]", "specified"),
-            ("same-port", "[{name: gw, port: 80}, {name: gw, port: 80}]", "unique"),
+            # v1.6.1 standard: port does not tell references apart, though it is a standard field
+            ("told-apart-by-port", "[{name: gw, port: 80}, {name: gw, port: 443}]", "unique"),
         )
     ),
     (
@@ -741,20 +741,17 @@ FIELD_LINES: dict[str, tuple[int, ...]] = {
     "api-version-and-name-missing": (6, 7),
     "tcproute-v1-two-rules": (12,),
     "httproute-parent-refs-same-parent-twice": (11,),
-    "httproute-parent-refs-empty-and-unset-namespace-alike": (11,),
+    "httproute-parent-refs-same-section-twice": (11,),
     "httproute-parent-refs-one-section-name": (11,),
-    "httproute-parent-refs-one-port": (11,),
-    "httproute-parent-refs-same-port": (11,),
+    "httproute-parent-refs-told-apart-by-port": (11,),
     "tlsroute-parent-refs-same-parent-twice": (12,),
-    "tlsroute-parent-refs-empty-and-unset-namespace-alike": (12,),
+    "tlsroute-parent-refs-same-section-twice": (12,),
     "tlsroute-parent-refs-one-section-name": (12,),
-    "tlsroute-parent-refs-one-port": (12,),
-    "tlsroute-parent-refs-same-port": (12,),
+    "tlsroute-parent-refs-told-apart-by-port": (12,),
     "tcproute-parent-refs-same-parent-twice": (12,),
-    "tcproute-parent-refs-empty-and-unset-namespace-alike": (12,),
+    "tcproute-parent-refs-same-section-twice": (12,),
     "tcproute-parent-refs-one-section-name": (12,),
-    "tcproute-parent-refs-one-port": (12,),
-    "tcproute-parent-refs-same-port": (12,),
+    "tcproute-parent-refs-told-apart-by-port": (12,),
     "name-not-a-string": (8,),
 }
 
@@ -1306,8 +1303,7 @@ def test_gateway_addresses_the_api_server_accepts() -> None:
     "refs",
     [
         "[{name: gw, sectionName: a}, {name: gw, sectionName: b}]",
-        "[{name: gw, port: 80}, {name: gw, port: 443}]",
-        "[{name: gw, sectionName: a, port: 80}, {name: gw, sectionName: a, port: 443}]",
+        "[{name: gw, sectionName: a, port: 80}, {name: gw, sectionName: b}]",
         "[{name: gw}, {name: gw, namespace: other}]",
         "[{name: gw}, {name: gw, kind: ListenerSet}]",
         "[{name: gw}, {name: other}]",

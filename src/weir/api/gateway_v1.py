@@ -389,15 +389,17 @@ class ParentReference(Model):
 
 #: ``CommonRouteSpec.parentRefs``: the same parent (group, kind, namespace, name; an unset and an
 #: empty namespace are the same) may be named more than once only when every such reference sets
-#: the same of ``sectionName`` and ``port``, to values no other reference repeats. These are the
-#: experimental channel's rules, word for word; the standard channel's say "sectionName" where
-#: these say "sectionName or port" and read no port (its schema has none, and prunes it), so
-#: for references without ``port`` the two agree on what they refuse.
+#: ``sectionName``, each to a value no other one repeats. These are the rules of the v1.6.1
+#: standard-channel CRDs, word for word (read from upstream's CRD files of that release), although
+#: ``port`` is a standard field there: two references told apart by ``port`` alone are refused.
+#: The experimental channel's rules read "sectionName or port" and also accept those (and refuse
+#: a ``port`` set on one reference to a parent but not on another); weir follows the standard
+#: channel, the release's default install.
 _SAME_PARENT = (
     "p1.group == p2.group && p1.kind == p2.kind && p1.name == p2.name && "
     "(((!has(p1.__namespace__) || p1.__namespace__ == '') && "
     "(!has(p2.__namespace__) || p2.__namespace__ == '')) "
-    "|| (has(p1.__namespace__) && has(p2.__namespace__) && p1.__namespace__ == p2.__namespace__))"
+    "|| (has(p1.__namespace__) && has(p2.__namespace__) && p1.__namespace__ == p2.__namespace__ ))"
 )
 ParentRefs = Annotated[
     tuple[ParentReference, ...],
@@ -405,18 +407,14 @@ ParentRefs = Annotated[
     CelRule(
         f"self.all(p1, self.all(p2, {_SAME_PARENT} ? "
         "((!has(p1.sectionName) || p1.sectionName == '') == "
-        "(!has(p2.sectionName) || p2.sectionName == '') && "
-        "(!has(p1.port) || p1.port == 0) == (!has(p2.port) || p2.port == 0)): true))",
-        "sectionName or port must be specified when parentRefs includes 2 or more references "
-        "to the same parent",
+        "(!has(p2.sectionName) || p2.sectionName == '')) : true))",
+        "sectionName must be specified when parentRefs includes 2 or more references to the same parent",
     ),
     CelRule(
         f"self.all(p1, self.exists_one(p2, {_SAME_PARENT} && "
         "(((!has(p1.sectionName) || p1.sectionName == '') && (!has(p2.sectionName) || p2.sectionName == '')) "
-        "|| (has(p1.sectionName) && has(p2.sectionName) && p1.sectionName == p2.sectionName)) && "
-        "(((!has(p1.port) || p1.port == 0) && (!has(p2.port) || p2.port == 0)) "
-        "|| (has(p1.port) && has(p2.port) && p1.port == p2.port))))",
-        "sectionName or port must be unique when parentRefs includes 2 or more references to the same parent",
+        "|| (has(p1.sectionName) && has(p2.sectionName) && p1.sectionName == p2.sectionName))))",
+        "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
     ),
 ]
 
