@@ -658,6 +658,37 @@ INVALID: list[tuple[str, str, list[str]]] = [
         )
     ),
     (
+        # Gateway API v1.6.1's HTTPRoute CRD: spec is required (tests/kube/test_envtest_upstream_parity.py)
+        "route-spec-missing",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web}\n",
+        ["case.yaml:6: HTTPRoute default/web: spec: Required value"],
+    ),
+    (
+        "route-header-match-value-empty",
+        ROUTE + "  rules:\n  - matches:\n    - headers: [{name: x-a, value: ''}]\n",
+        [
+            'case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].headers[0].value: Invalid value: "": '
+            "should be at least 1 chars long"
+        ],
+    ),
+    *(
+        (
+            f"route-cors-{field}-list-set",
+            ROUTE
+            + f"  rules:\n  - filters:\n    - type: CORS\n      cors: {{{field}: [{value}, {value}]}}\n",
+            [
+                f"case.yaml:6: HTTPRoute default/web: spec.rules[0].filters[0].cors.{field}[1]: "
+                f'Duplicate value: "{value}"'
+            ],
+        )
+        for field, value in (
+            ("allowOrigins", "https://a.example.com"),
+            ("allowMethods", "GET"),
+            ("allowHeaders", "x-a"),
+            ("exposeHeaders", "x-b"),
+        )
+    ),
+    (
         "name-not-a-string",
         "apiVersion: v1\nkind: Service\nmetadata: {name: 42}\n",
         ["case.yaml:6: metadata.name: Invalid value: 42: must be of type string"],
@@ -677,6 +708,11 @@ INVALID: list[tuple[str, str, list[str]]] = [
 #: of the offending field's key (of the list item, for an item), as a linter points at it; for a
 #: field that is not written, the deepest part of its path that is.
 FIELD_LINES: dict[str, tuple[int, ...]] = {
+    "route-header-match-value-empty": (13,),
+    "route-cors-allowOrigins-list-set": (14,),
+    "route-cors-allowMethods-list-set": (14,),
+    "route-cors-allowHeaders-list-set": (14,),
+    "route-cors-exposeHeaders-list-set": (14,),
     "route-port-zero": (14,),
     "route-port-too-big": (12,),
     "route-port-string": (12,),

@@ -459,7 +459,7 @@ HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+\-.^_\x60|~]+$"
 class HTTPHeaderMatch(Model):
     type: Literal["Exact", "RegularExpression"] = "Exact"
     name: str = Field(min_length=1, max_length=256, pattern=HEADER_NAME_PATTERN)
-    value: str = Field(min_length=0, max_length=4096)
+    value: str = Field(min_length=1, max_length=4096)
 
 
 class HTTPQueryParamMatch(Model):
@@ -606,17 +606,17 @@ class HTTPCORSFilter(Model):
     """``cors``: answer CORS preflights and add CORS headers to responses (Gateway API v1.6)."""
 
     allow_origins: Annotated[tuple[CORSOrigin, ...], _alone("AllowOrigins", "origins")] = Field(
-        default=(), max_length=64
+        default=(), max_length=64, json_schema_extra=LIST_SET
     )
     allow_credentials: bool | None = Field(default=None, strict=True)
     allow_methods: Annotated[tuple[HTTPMethodWithWildcard, ...], _alone("AllowMethods", "methods")] = Field(
-        default=(), max_length=9
+        default=(), max_length=9, json_schema_extra=LIST_SET
     )
     # The upstream message says "methods" here too.
     allow_headers: Annotated[tuple[HTTPHeaderName, ...], _alone("AllowHeaders", "methods")] = Field(
-        default=(), max_length=64
+        default=(), max_length=64, json_schema_extra=LIST_SET
     )
-    expose_headers: tuple[HTTPHeaderName, ...] = Field(default=(), max_length=64)
+    expose_headers: tuple[HTTPHeaderName, ...] = Field(default=(), max_length=64, json_schema_extra=LIST_SET)
     max_age: int = Field(default=5, ge=1, strict=True)
 
 
@@ -838,4 +838,4 @@ class HTTPRoute(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "HTTPRoute"
 
-    spec: HTTPRouteSpec = HTTPRouteSpec()
+    spec: HTTPRouteSpec  # required, as upstream's CRD has it
