@@ -668,7 +668,7 @@ INVALID: list[tuple[str, str, list[str]]] = [
         ROUTE + "  rules:\n  - matches:\n    - headers: [{name: x-a, value: ''}]\n",
         [
             "case.yaml:6: HTTPRoute default/web: spec.rules[0].matches[0].headers[0].value: "
-            'Invalid value: "": should be at least 1 chars long"
+            'Invalid value: "": should be at least 1 chars long'
         ],
     ),
     *(
