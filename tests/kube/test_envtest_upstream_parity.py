@@ -478,6 +478,161 @@ def test_httproute_parity(upstream: Api, obj: dict[str, Any], request: pytest.Fi
     check(upstream, obj, request.node.callspec.id)
 
 
+# ------------------------------------------------------------------ Gateway
+
+GATEWAY: dict[str, Any] = yaml.safe_load(
+    """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: weir
+  addresses:
+  - {type: IPAddress, value: 10.0.0.1}
+  - {value: "2001:db8::1"}
+  - {type: Hostname, value: lb.example.com}
+  - {type: example.com/pool, value: blue}
+  infrastructure:
+    labels: {team: web, example.com/tier: front}
+    annotations: {example.com/note: hello}
+    parametersRef: {group: weir.dev, kind: GatewayClassConfig, name: c}
+  allowedListeners:
+    namespaces:
+      from: Selector
+      selector:
+        matchLabels: {env: prod}
+        matchExpressions: [{key: team, operator: In, values: [web]}]
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+    hostname: "*.example.com"
+    allowedRoutes:
+      namespaces: {from: All}
+      kinds: [{kind: HTTPRoute, group: gateway.networking.k8s.io}]
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: web.example.com
+    tls:
+      mode: Terminate
+      certificateRefs: [{name: web-cert, namespace: certs, kind: Secret, group: ""}]
+      options: {example.com/min-version: "1.2"}
+  - name: tls
+    port: 8443
+    protocol: TLS
+    tls: {mode: Passthrough}
+  - {name: tcp, port: 9000, protocol: TCP}
+  - {name: udp, port: 9000, protocol: UDP}
+  tls:
+    backend:
+      clientCertificateRef: {name: client, namespace: certs}
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}]
+          mode: AllowValidOnly
+      perPort:
+      - port: 443
+        tls:
+          validation:
+            caCertificateRefs: [{group: "", kind: ConfigMap, name: ca-443, namespace: certs}]
+            mode: AllowInsecureFallback
+"""
+)
+
+
+def _gateway(**spec: Any) -> dict[str, Any]:
+    return {**GATEWAY, "spec": {**GATEWAY["spec"], **spec}}
+
+
+def _listeners(*listeners: dict[str, Any]) -> dict[str, Any]:
+    return _gateway(listeners=list(listeners))
+
+
+_HTTP = {"name": "a", "port": 80, "protocol": "HTTP"}
+
+GATEWAY_CEL = [
+    pytest.param(obj, id=f"Gateway:cel:{name}")
+    for name, obj in {
+        "tls-on-http": _listeners({**_HTTP, "tls": {"mode": "Passthrough"}}),
+        "tls-on-tcp": _listeners({"name": "a", "port": 1, "protocol": "TCP", "tls": {"mode": "Passthrough"}}),
+        "https-passthrough": _listeners(
+            {"name": "a", "port": 443, "protocol": "HTTPS", "tls": {"mode": "Passthrough"}}
+        ),
+        "https-without-tls": _listeners({"name": "a", "port": 443, "protocol": "HTTPS"}),
+        "tls-without-tls": _listeners({"name": "a", "port": 443, "protocol": "TLS"}),
+        "tls-terminate-without-certificates": _listeners(
+            {"name": "a", "port": 443, "protocol": "TLS", "tls": {"mode": "Terminate"}}
+        ),
+        "terminate-with-options-only": _listeners(
+            {"name": "a", "port": 443, "protocol": "HTTPS", "tls": {"options": {"example.com/x": "y"}}}
+        ),
+        "terminate-default-mode-no-certificates": _listeners(
+            {"name": "a", "port": 443, "protocol": "HTTPS", "tls": {}}
+        ),
+        "hostname-on-udp": _listeners(
+            {"name": "a", "port": 1, "protocol": "UDP", "hostname": "a.example.com"}
+        ),
+        "same-port-protocol-hostname": _listeners(_HTTP, {**_HTTP, "name": "b"}),
+        "same-port-protocol-other-hostname": _listeners(
+            _HTTP, {**_HTTP, "name": "b", "hostname": "b.example.com"}
+        ),
+        "same-port-other-protocol": _listeners(_HTTP, {"name": "b", "port": 80, "protocol": "TCP"}),
+        "same-name": _listeners(_HTTP, {**_HTTP, "port": 81}),
+        "custom-protocol": _listeners({"name": "a", "port": 1, "protocol": "example.com/thrift"}),
+        "protocol-lowercase": _listeners({"name": "a", "port": 1, "protocol": "http"}),
+        "no-listeners": _gateway(listeners=[]),
+        "addresses-same-ip-twice": _gateway(
+            addresses=[{"value": "10.0.0.1"}, {"type": "IPAddress", "value": "10.0.0.1"}]
+        ),
+        "addresses-same-hostname-twice": _gateway(
+            addresses=[
+                {"type": "Hostname", "value": "a.example.com"},
+                {"type": "Hostname", "value": "a.example.com"},
+            ]
+        ),
+        "addresses-hostname-wildcard": _gateway(addresses=[{"type": "Hostname", "value": "*.example.com"}]),
+        "addresses-hostname-empty-value": _gateway(addresses=[{"type": "Hostname"}]),
+        "addresses-ip-without-value": _gateway(addresses=[{"type": "IPAddress"}]),
+        "addresses-ipv6-zone": _gateway(addresses=[{"value": "fe80::1%eth0"}]),
+        "addresses-ipv4-leading-zero": _gateway(addresses=[{"value": "010.0.0.1"}]),
+        "addresses-ipv4-mapped-ipv6": _gateway(addresses=[{"value": "::ffff:10.0.0.1"}]),
+        "addresses-named": _gateway(addresses=[{"type": "NamedAddress", "value": "anything at all"}]),
+        "addresses-type-bare-word": _gateway(addresses=[{"type": "Pool", "value": "x"}]),
+        "infrastructure-label-key-bad": _gateway(infrastructure={"labels": {"-bad": "x"}}),
+        "infrastructure-label-prefix-long": _gateway(infrastructure={"labels": {"a" * 253 + "/k": "x"}}),
+        "infrastructure-annotation-key-bad": _gateway(infrastructure={"annotations": {"a b": "x"}}),
+        "infrastructure-nine-labels": _gateway(infrastructure={"labels": {f"k{i}": "v" for i in range(9)}}),
+        "perport-same-port-twice": _gateway(
+            tls={
+                "frontend": {
+                    "default": {
+                        "validation": {"caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "a"}]}
+                    },
+                    "perPort": [
+                        {"port": 443, "tls": {}},
+                        {"port": 443, "tls": {}},
+                    ],
+                }
+            }
+        ),
+        "frontend-without-default": _gateway(tls={"frontend": {}}),
+        "frontend-default-empty": _gateway(tls={"frontend": {"default": {}}}),
+        "allowed-listeners-default": _gateway(allowedListeners={}),
+        "allowed-listeners-bad-from": _gateway(allowedListeners={"namespaces": {"from": "Other"}}),
+        "default-scope-all": _gateway(defaultScope="All"),
+        "spec-missing": {k: v for k, v in GATEWAY.items() if k != "spec"},
+        "valid-as-is": GATEWAY,
+    }.items()
+]
+
+
+@pytest.mark.parametrize("obj", [*generated(GATEWAY), *GATEWAY_CEL, *_upstream_examples("Gateway")])
+def test_gateway_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
+    check(upstream, obj, request.node.callspec.id)
+
+
 def test_every_upstream_invalid_example_is_refused_by_both(upstream: Api) -> None:
     """The examples are upstream's "must be refused" list: both refuse each (not merely agree)."""
     for obj in corpus_file("invalid-examples.yaml"):

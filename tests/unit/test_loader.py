@@ -689,6 +689,13 @@ INVALID: list[tuple[str, str, list[str]]] = [
         )
     ),
     (
+        "gateway-backend-client-certificate-without-name",
+        GATEWAY
+        + "  gatewayClassName: weir\n  listeners: [{name: web, port: 80, protocol: HTTP}]\n"
+        + "  tls: {backend: {clientCertificateRef: {namespace: certs}}}\n",
+        ["case.yaml:6: Gateway infra/gw: spec.tls.backend.clientCertificateRef.name: Required value"],
+    ),
+    (
         "name-not-a-string",
         "apiVersion: v1\nkind: Service\nmetadata: {name: 42}\n",
         ["case.yaml:6: metadata.name: Invalid value: 42: must be of type string"],
@@ -708,6 +715,7 @@ INVALID: list[tuple[str, str, list[str]]] = [
 #: of the offending field's key (of the list item, for an item), as a linter points at it; for a
 #: field that is not written, the deepest part of its path that is.
 FIELD_LINES: dict[str, tuple[int, ...]] = {
+    "gateway-backend-client-certificate-without-name": (14,),
     "route-header-match-value-empty": (13,),
     "route-cors-allowOrigins-list-set": (14,),
     "route-cors-allowMethods-list-set": (14,),
@@ -1347,5 +1355,17 @@ def test_gateway_addresses_the_api_server_accepts() -> None:
 )
 def test_parent_refs_to_distinct_parents_or_sections_load(refs: str) -> None:
     objects, problems = load_text(ROUTE + f"  parentRefs: {refs}\n", "case.yaml")
+    assert strs(problems) == []
+    assert len(objects) == 1
+
+
+def test_a_listener_of_a_custom_protocol_may_have_a_hostname() -> None:
+    """Upstream forbids a hostname on TCP and UDP listeners only (measured: the v1.6.1 CRD accepts
+    one on ``example.com/thrift``)."""
+    text = GATEWAY + (
+        "  gatewayClassName: weir\n"
+        "  listeners: [{name: a, port: 9, protocol: example.com/thrift, hostname: a.example.com}]\n"
+    )
+    objects, problems = load_text(text, "case.yaml")
     assert strs(problems) == []
     assert len(objects) == 1

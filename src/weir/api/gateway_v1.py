@@ -150,9 +150,10 @@ class Listener(Model):
             raise ValueError("tls mode must be Terminate for protocol HTTPS")
         if protocol == "TLS" and self.tls is None:
             raise ValueError("tls mode must be set for protocol TLS")
-        if protocol in ("HTTP", "HTTPS", "TLS") or self.hostname is None:
-            return self
-        raise ValueError("hostname must not be specified for protocols ['TCP', 'UDP']")
+        if protocol in ("TCP", "UDP") and self.hostname is not None:
+            # Only these two: a listener of an implementation-specific protocol may have one.
+            raise ValueError("hostname must not be specified for protocols ['TCP', 'UDP']")
+        return self
 
 
 #: Gateway API ``AddressType``: a core type, or a domain-prefixed one. Upstream's pattern, as
@@ -312,13 +313,19 @@ class FrontendTLSConfig(Model):
         return self.default
 
 
+class GatewayBackendTLS(Model):
+    """``spec.tls.backend`` (``GatewayBackendTLS`` upstream): validated as the CRD does, not used."""
+
+    client_certificate_ref: SecretObjectReference | None = None
+
+
 class GatewaySpecTLS(Model):
     """``spec.tls`` (``GatewayTLSConfig`` upstream). ``backend`` (a client certificate the
-    Gateway presents to backends) is kept as written and not implemented: upstream clusters
-    are shared by every Gateway, so a per-Gateway client certificate has no place yet."""
+    Gateway presents to backends) is validated and not implemented: upstream clusters are
+    shared by every Gateway, so a per-Gateway client certificate has no place yet."""
 
     frontend: FrontendTLSConfig | None = None
-    backend: dict[str, Any] | None = None
+    backend: GatewayBackendTLS | None = None
 
 
 class ListenerNamespaces(Model):
