@@ -881,8 +881,8 @@ def test_an_endpoint_selector_name_the_headless_service_cannot_carry_is_warned(
     line = path.read_text().splitlines().index(f"  name: {name}") + 1
     assert warnings == [
         f"warning: {path}:{line}: XBackend egress/{name}: metadata.name: in a Kubernetes cluster weir serves "
-        "an EndpointSelector XBackend through a headless Service it creates, and the API server will refuse "
-        f"that Service for this name ({why}), so the backend gets no endpoints there: rename the XBackend "
+        "an EndpointSelector XBackend through a headless Service it creates, and no such Service can be made "
+        f"for this name ({why}), so the backend gets no endpoints there: rename the XBackend "
         "to a DNS label of at most 63 characters"
     ]
 

@@ -413,9 +413,10 @@ class XBackend(CelChecked, KubeObject):
           creates for it in a cluster cannot carry (``docs/xbackend.md``): that
           Service is labelled ``weir.dev/xbackend: <name>`` (a label value: at
           most 63 characters) and named from ``generateName: <name>-`` (a
-          Service name is a DNS-1035 label: no dots, a letter first). The API
-          server refuses such a Service, and the backend gets no endpoints
-          there; the files provider creates no Service and serves it.
+          Service name is a DNS-1035 label: no dots, a letter first). weir
+          skips a name too long for the label, and the API server refuses the
+          other; either way the backend gets no endpoints there. The files
+          provider creates no Service and serves it.
         """
         found: list[tuple[str, str]] = []
         if isinstance(self.spec, XBackendSpec) and self.spec.port.name:
@@ -445,7 +446,7 @@ class XBackend(CelChecked, KubeObject):
                     (
                         "metadata.name",
                         "in a Kubernetes cluster weir serves an EndpointSelector XBackend through a headless "
-                        "Service it creates, and the API server will refuse that Service for this name ("
+                        "Service it creates, and no such Service can be made for this name ("
                         + "; ".join(why)
                         + "), so the backend gets no endpoints there: rename the XBackend to a DNS label "
                         f"of at most {_LABEL_VALUE_MAX} characters",
