@@ -633,6 +633,99 @@ def test_gateway_parity(upstream: Api, obj: dict[str, Any], request: pytest.Fixt
     check(upstream, obj, request.node.callspec.id)
 
 
+# ------------------------------------------------------------------ GRPCRoute
+
+GRPCROUTE: dict[str, Any] = yaml.safe_load(
+    """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: rpc, namespace: default}
+spec:
+  parentRefs: [{name: gw, sectionName: grpc, port: 443, namespace: infra}]
+  hostnames: [rpc.example.com]
+  rules:
+  - name: echo
+    matches:
+    - method: {service: echo.v1.Echo, method: Say, type: Exact}
+      headers: [{name: x-env, value: prod, type: Exact}]
+    - method: {service: "ech.*", type: RegularExpression}
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: x-a, value: "1"}], add: [{name: x-b, value: "2"}], remove: [x-c]}
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {set: [{name: x-a, value: "1"}], remove: [x-c]}
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: mirror, port: 9000}, fraction: {numerator: 1, denominator: 2}}
+    - type: ExtensionRef
+      extensionRef: {group: example.com, kind: Filter, name: f}
+    backendRefs:
+    - name: echo
+      port: 9000
+      weight: 2
+      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {remove: [x-d]}}]
+"""
+)
+
+
+def _grpc_rule(**rule: Any) -> dict[str, Any]:
+    return {**GRPCROUTE, "spec": {**GRPCROUTE["spec"], "rules": [rule]}}
+
+
+GRPCROUTE_CEL = [
+    pytest.param(obj, id=f"GRPCRoute:cel:{name}")
+    for name, obj in {
+        "method-type-only": _grpc_rule(matches=[{"method": {"type": "Exact"}}]),
+        "method-empty": _grpc_rule(matches=[{"method": {}}]),
+        "service-bad-characters": _grpc_rule(matches=[{"method": {"service": "echo-v1"}}]),
+        "service-leading-dot": _grpc_rule(matches=[{"method": {"service": ".echo.V1"}}]),
+        "method-bad-characters": _grpc_rule(matches=[{"method": {"method": "Say.Hi"}}]),
+        "regex-anything": _grpc_rule(matches=[{"method": {"method": "S(ay", "type": "RegularExpression"}}]),
+        "filter-field-of-another-type": _grpc_rule(
+            filters=[{"type": "RequestMirror", "requestHeaderModifier": {"remove": ["a"]}}]
+        ),
+        "header-modifier-twice": _grpc_rule(
+            filters=[
+                {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"remove": ["a"]}},
+                {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"remove": ["b"]}},
+            ]
+        ),
+        "mirror-percent-and-fraction": _grpc_rule(
+            filters=[
+                {
+                    "type": "RequestMirror",
+                    "requestMirror": {
+                        "backendRef": {"name": "a", "port": 1},
+                        "percent": 1,
+                        "fraction": {"numerator": 1},
+                    },
+                }
+            ]
+        ),
+        "backend-without-port": _grpc_rule(backendRefs=[{"name": "a"}]),
+        "parents-same-twice": {
+            **GRPCROUTE,
+            "spec": {**GRPCROUTE["spec"], "parentRefs": [{"name": "gw"}, {"name": "gw"}]},
+        },
+        "no-rules": {**GRPCROUTE, "spec": {"parentRefs": [{"name": "gw"}]}},
+        "rules-129-matches": {
+            **GRPCROUTE,
+            "spec": {
+                "rules": [
+                    {"matches": [{"method": {"service": f"s{i}x{j}"}} for j in range(43)]} for i in range(3)
+                ]
+            },
+        },
+        "rule-names-repeat": {**GRPCROUTE, "spec": {"rules": [{"name": "a"}, {"name": "a"}]}},
+        "valid-as-is": GRPCROUTE,
+    }.items()
+]
+
+
+@pytest.mark.parametrize("obj", [*generated(GRPCROUTE), *GRPCROUTE_CEL])
+def test_grpcroute_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
+    check(upstream, obj, request.node.callspec.id)
+
+
 def test_every_upstream_invalid_example_is_refused_by_both(upstream: Api) -> None:
     """The examples are upstream's "must be refused" list: both refuse each (not merely agree)."""
     for obj in corpus_file("invalid-examples.yaml"):
