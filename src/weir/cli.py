@@ -466,7 +466,7 @@ def validate(file: Paths) -> None:
     _print_problems(report)
     count = len(report.objects)
     if report.errors:
-        invalid = len({(p.file, p.line, p.object) for p in report.errors})
+        invalid = len({(p.file, p.start or p.line, p.object) for p in report.errors})
         err.print(f"{len(report.errors)} error(s) in {invalid} invalid object(s); {count} valid")
         raise typer.Exit(1)
     out.print(f"{count} object(s) valid")

@@ -28,6 +28,7 @@ Reading the YAML itself (Kubernetes' typing rules, line numbers) is
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gc
 import os
@@ -80,8 +81,10 @@ Severity = Literal["error", "warning"]
 class Problem:
     """One thing wrong with the input, located as precisely as the input allows.
 
-    ``line`` is 1-based: the line where the object's document (or List item)
-    starts, or the line of a YAML syntax error. ``object`` reads
+    ``line`` is 1-based: the line of the offending field (its key's line; for
+    a field that is not written, the deepest part of its path that is), the
+    line where the object's document (or List item) starts for a problem of
+    the whole object, or the line of a YAML syntax error. ``object`` reads
     ``"HTTPRoute default/web"`` (``"GatewayClass weir"`` for cluster-scoped
     kinds); ``field`` is a Kubernetes field path such as
     ``spec.rules[0].backendRefs[1].port``.
@@ -93,6 +96,9 @@ class Problem:
     object: str | None
     field: str | None
     message: str
+    #: The line the object's document (or List item) starts on, where ``line`` is a field's: what
+    #: tells two objects apart when counting them (not part of the output, nor of equality).
+    start: int | None = dataclasses.field(default=None, compare=False)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
@@ -227,9 +233,10 @@ def _parse_text(text: str, file: str) -> FileResult:
                 if isinstance(item, dict) and default_kind and default_api:
                     # The API's typed lists (HTTPRouteList) omit apiVersion/kind on items.
                     item = {"apiVersion": default_api, "kind": default_kind, **item}
-                docs.append(_parse_object(item, file, item_line))
+                item_node = item_nodes[i] if i < len(item_nodes) else None
+                docs.append(_parse_object(item, file, item_line, item_node))
         else:
-            docs.append(_parse_object(data, file, line))
+            docs.append(_parse_object(data, file, line, node))
     return FileResult(file, tuple(docs))
 
 
@@ -268,7 +275,13 @@ def _is_list_kind(data: dict[str, Any]) -> bool:
     return isinstance(kind, str) and kind.endswith("List") and registry.model_for_kind(kind) is None
 
 
-def _parse_object(data: Any, file: str, line: int) -> Document:
+def _parse_object(data: Any, file: str, line: int, node: Node | None = None) -> Document:
+    """``data`` (read from ``node``, which starts on ``line``) as a :class:`Document`; each problem
+    carries the line of its field in ``node`` (:func:`weir.yamlsource.field_line`)."""
+
+    def at(path: str | None) -> int:
+        return yamlsource.field_line(node, path) if node is not None and path else line
+
     if not isinstance(data, dict):
         return Document(
             line,
@@ -321,7 +334,7 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
             line,
             None,
             None,
-            tuple(Problem("error", file, line, label, path, msg) for path, msg in identity),
+            tuple(Problem("error", file, at(path), label, path, msg, line) for path, msg in identity),
             label=label,
         )
     assert isinstance(api_version, str) and isinstance(kind, str)
@@ -350,10 +363,13 @@ def _parse_object(data: Any, file: str, line: int) -> Document:
         obj = model.model_validate(data)
     except ValidationError as err:
         problems = tuple(
-            Problem("error", file, line, label, path, message) for path, message in api_errors(model, err)
+            Problem("error", file, at(path), label, path, message, line)
+            for path, message in api_errors(model, err)
         )
         return Document(line, key, None, problems, label=label)
-    warnings = tuple(Problem("warning", file, line, label, path, message) for path, message in obj.warnings())
+    warnings = tuple(
+        Problem("warning", file, at(path), label, path, message, line) for path, message in obj.warnings()
+    )
     return Document(line, key, Loaded(obj, file, line), warnings, label=label)
 
 

@@ -19,6 +19,7 @@ so that :func:`field_path` can name the field.
 from __future__ import annotations
 
 import json
+import re
 from sys import intern
 from typing import Any
 
@@ -27,7 +28,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
-__all__ = ["BuildError", "compose", "describe_error", "field_path", "mapping_value"]
+__all__ = ["BuildError", "compose", "describe_error", "field_line", "field_path", "mapping_value"]
 
 
 _STR = "tag:yaml.org,2002:str"
@@ -371,6 +372,42 @@ def field_path(document: Node, target: Node) -> str | None:
             children.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
         stack.extend(reversed(children))
     return None
+
+
+#: One step of a Kubernetes field path: ``.name``/``name`` or ``[key]``/``[3]``.
+_STEP = re.compile(r"\.?([^.\[\]]+)|\[([^\]]*)\]")
+
+
+def field_line(document: Node, path: str | None) -> int:
+    """The 1-based line of the field ``path`` (as :func:`field_path` writes it) in ``document``.
+
+    The contract linters keep: a problem points at the offending field, not at
+    its object. A mapping field's line is its key's (``rules:``, where an
+    editor should jump), a list item's the line its item starts on. A field
+    the document does not hold (a required one that is missing, a default,
+    an index past the end) gets the line of the deepest part of its path that
+    is there, at worst the document's own first line; a field reached through
+    an alias, the line where the anchored value is written. Never raises.
+    """
+    line = document.start_mark.line
+    node: Node | None = document
+    for match in _STEP.finditer(path or ""):
+        name = match.group(1) if match.group(1) is not None else match.group(2)
+        nxt: Node | None = None
+        if isinstance(node, MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, ScalarNode) and key_node.value == name:
+                    line, nxt = key_node.start_mark.line, value_node
+                    break
+        elif isinstance(node, SequenceNode) and match.group(2) is not None and name.isdigit():
+            index = int(name)
+            if index < len(node.value):
+                nxt = node.value[index]
+                line = nxt.start_mark.line
+        if nxt is None:
+            break
+        node = nxt
+    return line + 1
 
 
 def mapping_value(node: Node, key: str) -> Node | None:

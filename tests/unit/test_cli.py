@@ -48,7 +48,7 @@ def test_validate_rejects_with_file_line_object_and_field(tmp_path: Path) -> Non
     path.write_text(bad)
     result = runner.invoke(app, ["validate", "-f", str(path)])
     assert result.exit_code == 1
-    line = bad.splitlines().index("apiVersion: gateway.networking.x-k8s.io/v1alpha1") + 1
+    line = bad.splitlines().index("  port: {port: 70000}") + 1  # the offending field's line
     assert f"{path}:{line}: XBackend default/api: spec.port.port:" in result.output
     assert "less than or equal to 65535" in result.output
 

@@ -27,6 +27,7 @@ DEADLINE = 1.0
 
 
 def service(name: str, port: int, namespace: str | None = None) -> str:
+    """A Service; without ``namespace`` its ``port`` is on line 7 (where a problem with it points)."""
     ns = f"\n  namespace: {namespace}" if namespace else ""
     return (
         f"apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}{ns}\nspec:\n  ports:\n  - port: {port}\n"
@@ -124,7 +125,7 @@ def test_initial_load_reports_problems_and_serves_the_rest(tree: Path) -> None:
     snapshot = FilesProvider([tree, tree / "missing.yaml"], grace_s=0).load()
     assert messages(snapshot) == [
         f"{tree}/missing.yaml: no such file or directory",
-        f"{tree}/bad.yaml:1: Service default/bad: spec.ports[0].port: "
+        f"{tree}/bad.yaml:7: Service default/bad: spec.ports[0].port: "
         "Invalid value: 0: should be greater than or equal to 1",
         f"{tree}/broken.yaml:2: invalid YAML: did not find expected node content "
         "(while parsing a flow node started on line 2)",
@@ -168,7 +169,7 @@ async def test_invalid_edit_keeps_the_last_valid_version(tree: Path) -> None:
         assert port_of(snapshot, "web") == 80  # the last valid version
         assert port_of(snapshot, "api") == 82  # the valid change in the same file is served
         assert messages(snapshot) == [
-            f"{path}:1: Service default/web: spec.ports[0].port: "
+            f"{path}:7: Service default/web: spec.ports[0].port: "
             "Invalid value: 0: should be greater than or equal to 1: kept the last valid version"
         ]
         # Fixed: served, the problem is gone.
@@ -211,7 +212,7 @@ async def test_object_never_valid_is_skipped(tree: Path) -> None:
         snapshot = await watch.change(lambda: (tree / "new.yaml").write_text(service("new", 0)))
         assert port_of(snapshot, "new") is None
         assert messages(snapshot) == [
-            f"{tree}/new.yaml:1: Service default/new: spec.ports[0].port: "
+            f"{tree}/new.yaml:7: Service default/new: spec.ports[0].port: "
             "Invalid value: 0: should be greater than or equal to 1"
         ]
 
@@ -387,7 +388,7 @@ async def test_each_new_problem_is_logged_once(tree: Path, caplog: pytest.LogCap
     assert [(r.levelno, r.getMessage()) for r in logged] == [
         (
             logging.ERROR,
-            f"{tree}/bad.yaml:1: Service default/bad: spec.ports[0].port: "
+            f"{tree}/bad.yaml:7: Service default/bad: spec.ports[0].port: "
             "Invalid value: 0: should be greater than or equal to 1",
         )
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -27,7 +28,9 @@ spec:
 
 def problems(text: str) -> list[str]:
     _, found = load_text(text, "case.yaml")
-    return [str(p) for p in found]
+    # Each problem names its field's line (tests/unit/test_loader.py and test_yamlsource.py check
+    # those); these tables are about what is said, so problems read ``case.yaml:1:`` alike.
+    return [re.sub(r"^case\.yaml:\d+:", "case.yaml:1:", str(p)) for p in found]
 
 
 def test_a_minimal_grpcroute_loads_with_the_crd_defaults() -> None:

@@ -9,6 +9,7 @@ upstream CRD (``shared/reference/xbackend.md``), evaluated by a CEL engine.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -618,8 +619,12 @@ def run_validate(tmp_path: Path, manifest: dict[str, Any]) -> tuple[int, Path, l
     path = tmp_path / "xbackend.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
     result = runner.invoke(app, ["validate", "-f", str(path)])
+    # Each error names the line of its field (tests/unit/test_loader.py and test_yamlsource.py
+    # check those); here the table is about what is said, so errors read ``{path}:1:`` alike.
     errors = [
-        line.removeprefix("error: ") for line in result.output.splitlines() if line.startswith("error: ")
+        re.sub(rf"^{re.escape(str(path))}:\d+:", f"{path}:1:", line.removeprefix("error: "))
+        for line in result.output.splitlines()
+        if line.startswith("error: ")
     ]
     return result.exit_code, path, errors, result.output
 
@@ -829,10 +834,66 @@ def test_port_name_is_accepted_with_a_warning_for_v16_clusters(
     assert (code, errors) == (0, []), output
     warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
     if warned:
+        line = path.read_text().splitlines().index("    name: https") + 1  # the field's line
         assert warnings == [
-            f"warning: {path}:1: XBackend egress/api: spec.port.name: accepted, but a cluster with the "
+            f"warning: {path}:{line}: XBackend egress/api: spec.port.name: accepted, but a cluster with the "
             "released v1.6.x XBackend CRD refuses every non-empty name (its rule is wrong upstream; "
             "upstream main removed the field): omit it for such clusters"
         ]
     else:
         assert warnings == []
+
+
+LABEL_64 = "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("web", None),
+        ("a" * 63, None),  # generateName takes 57 of them; the label holds 63
+        (
+            LABEL_64,
+            "it is 64 characters long and the Service's label weir.dev/xbackend holds at most 63",
+        ),
+        (
+            "api.v2",
+            "a Service name (made from generateName: <name>-) must start with a letter and hold only "
+            "lowercase letters, digits and '-'",
+        ),
+        (
+            "1api",
+            "a Service name (made from generateName: <name>-) must start with a letter and hold only "
+            "lowercase letters, digits and '-'",
+        ),
+    ],
+)
+def test_an_endpoint_selector_name_the_headless_service_cannot_carry_is_warned(
+    tmp_path: Path, name: str, why: str | None
+) -> None:
+    manifest = merged(merged(BASE_MAIN, SELECTOR), {"metadata": {"name": name}})
+    code, path, errors, output = run_validate(tmp_path, manifest)
+    assert (code, errors) == (0, []), output
+    warnings = [line for line in output.splitlines() if line.startswith("warning: ")]
+    if why is None:
+        assert warnings == []
+        return
+    line = path.read_text().splitlines().index(f"  name: {name}") + 1
+    assert warnings == [
+        f"warning: {path}:{line}: XBackend egress/{name}: metadata.name: in a Kubernetes cluster weir serves "
+        "an EndpointSelector XBackend through a headless Service it creates, and no such Service can be made "
+        f"for this name ({why}), so the backend gets no endpoints there: rename the XBackend "
+        "to a DNS label of at most 63 characters"
+    ]
+
+
+def test_the_selector_label_is_the_one_the_headless_service_carries() -> None:
+    from weir.translate.backends import SELECTOR_SERVICE_LABEL
+
+    assert xbackend_v1alpha1.SELECTOR_LABEL == SELECTOR_SERVICE_LABEL
+
+
+def test_an_external_hostname_xbackend_of_any_valid_name_is_not_warned(tmp_path: Path) -> None:
+    code, _, errors, output = run_validate(tmp_path, merged(BASE, {"metadata": {"name": "api.v2"}}))
+    assert (code, errors) == (0, []), output
+    assert "warning: " not in output

@@ -151,3 +151,45 @@ def test_nesting_too_deep_for_libyaml_is_a_problem_not_a_crash(text: str) -> Non
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.strip() == "deep.yaml: invalid YAML: nested too deeply"
+
+
+FIELDS = """\
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  labels:
+    app.kubernetes.io/name: web
+spec:
+  ports:
+  - name: http
+    port: 80
+  - {name: grpc,
+     port: 0}
+  selector: &sel {app: web}
+  other: *sel
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "line"),
+    [
+        (None, 1),  # the whole object: its first line
+        ("metadata", 3),
+        ("metadata.name", 4),
+        ("metadata.labels[app.kubernetes.io/name]", 6),  # a map key with dots, bracketed
+        ("spec.ports", 8),  # a mapping field: its key's line, not its value's
+        ("spec.ports[0]", 9),  # a list item: the line it starts on
+        ("spec.ports[0].port", 10),
+        ("spec.ports[1].port", 12),  # flow style over two lines
+        ("spec.ports[1].protocol", 11),  # not written: the deepest written part (the item)
+        ("spec.ports[7].port", 8),  # past the end: the list
+        ("spec.type", 7),  # not written: spec
+        ("status.loadBalancer", 1),  # nothing of the path is written
+        ("spec.other.app", 13),  # through an alias: where the anchored value is written
+        ("spec.ports.name", 8),  # a name where an index belongs: stops at the list
+    ],
+)
+def test_field_line_is_the_line_of_the_field_or_its_deepest_written_part(path: str | None, line: int) -> None:
+    ((node, _),) = yamlsource.compose(FIELDS)
+    assert yamlsource.field_line(node, path) == line

@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from weir.api.cel import CelChecked, CelRule
-from weir.api.listtypes import LIST_SET, ObjectChecked, ObjectError, list_map
+from weir.api.listtypes import LIST_SET, ObjectError, list_map
 from weir.api.meta import (
     AnnotationValue,
     Group,
@@ -150,9 +150,10 @@ class Listener(Model):
             raise ValueError("tls mode must be Terminate for protocol HTTPS")
         if protocol == "TLS" and self.tls is None:
             raise ValueError("tls mode must be set for protocol TLS")
-        if protocol in ("HTTP", "HTTPS", "TLS") or self.hostname is None:
-            return self
-        raise ValueError("hostname must not be specified for protocols ['TCP', 'UDP']")
+        if protocol in ("TCP", "UDP") and self.hostname is not None:
+            # Only these two: a listener of an implementation-specific protocol may have one.
+            raise ValueError("hostname must not be specified for protocols ['TCP', 'UDP']")
+        return self
 
 
 #: Gateway API ``AddressType``: a core type, or a domain-prefixed one. Upstream's pattern, as
@@ -312,13 +313,19 @@ class FrontendTLSConfig(Model):
         return self.default
 
 
+class GatewayBackendTLS(Model):
+    """``spec.tls.backend`` (``GatewayBackendTLS`` upstream): validated as the CRD does, not used."""
+
+    client_certificate_ref: SecretObjectReference | None = None
+
+
 class GatewaySpecTLS(Model):
     """``spec.tls`` (``GatewayTLSConfig`` upstream). ``backend`` (a client certificate the
-    Gateway presents to backends) is kept as written and not implemented: upstream clusters
-    are shared by every Gateway, so a per-Gateway client certificate has no place yet."""
+    Gateway presents to backends) is validated and not implemented: upstream clusters are
+    shared by every Gateway, so a per-Gateway client certificate has no place yet."""
 
     frontend: FrontendTLSConfig | None = None
-    backend: dict[str, Any] | None = None
+    backend: GatewayBackendTLS | None = None
 
 
 class ListenerNamespaces(Model):
@@ -387,6 +394,38 @@ class ParentReference(Model):
     port: PortNumber | None = None
 
 
+#: ``CommonRouteSpec.parentRefs``: the same parent (group, kind, namespace, name; an unset and an
+#: empty namespace are the same) may be named more than once only when every such reference sets
+#: ``sectionName``, each to a value no other one repeats. These are the rules of the v1.6.1
+#: standard-channel CRDs, word for word (read from upstream's CRD files of that release), although
+#: ``port`` is a standard field there: two references told apart by ``port`` alone are refused.
+#: The experimental channel's rules read "sectionName or port" and also accept those (and refuse
+#: a ``port`` set on one reference to a parent but not on another); weir follows the standard
+#: channel, the release's default install.
+_SAME_PARENT = (
+    "p1.group == p2.group && p1.kind == p2.kind && p1.name == p2.name && "
+    "(((!has(p1.__namespace__) || p1.__namespace__ == '') && "
+    "(!has(p2.__namespace__) || p2.__namespace__ == '')) "
+    "|| (has(p1.__namespace__) && has(p2.__namespace__) && p1.__namespace__ == p2.__namespace__ ))"
+)
+ParentRefs = Annotated[
+    tuple[ParentReference, ...],
+    Field(max_length=32),
+    CelRule(
+        f"self.all(p1, self.all(p2, {_SAME_PARENT} ? "
+        "((!has(p1.sectionName) || p1.sectionName == '') == "
+        "(!has(p2.sectionName) || p2.sectionName == '')) : true))",
+        "sectionName must be specified when parentRefs includes 2 or more references to the same parent",
+    ),
+    CelRule(
+        f"self.all(p1, self.exists_one(p2, {_SAME_PARENT} && "
+        "(((!has(p1.sectionName) || p1.sectionName == '') && (!has(p2.sectionName) || p2.sectionName == '')) "
+        "|| (has(p1.sectionName) && has(p2.sectionName) && p1.sectionName == p2.sectionName))))",
+        "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
+    ),
+]
+
+
 #: The characters a path of type Exact or PathPrefix may hold (RFC 3986 pchar, and '/').
 _PATH_CHARACTERS = re.compile(r"^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$")
 
@@ -427,7 +466,7 @@ HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+\-.^_\x60|~]+$"
 class HTTPHeaderMatch(Model):
     type: Literal["Exact", "RegularExpression"] = "Exact"
     name: str = Field(min_length=1, max_length=256, pattern=HEADER_NAME_PATTERN)
-    value: str = Field(min_length=0, max_length=4096)
+    value: str = Field(min_length=1, max_length=4096)
 
 
 class HTTPQueryParamMatch(Model):
@@ -574,17 +613,17 @@ class HTTPCORSFilter(Model):
     """``cors``: answer CORS preflights and add CORS headers to responses (Gateway API v1.6)."""
 
     allow_origins: Annotated[tuple[CORSOrigin, ...], _alone("AllowOrigins", "origins")] = Field(
-        default=(), max_length=64
+        default=(), max_length=64, json_schema_extra=LIST_SET
     )
     allow_credentials: bool | None = Field(default=None, strict=True)
     allow_methods: Annotated[tuple[HTTPMethodWithWildcard, ...], _alone("AllowMethods", "methods")] = Field(
-        default=(), max_length=9
+        default=(), max_length=9, json_schema_extra=LIST_SET
     )
     # The upstream message says "methods" here too.
     allow_headers: Annotated[tuple[HTTPHeaderName, ...], _alone("AllowHeaders", "methods")] = Field(
-        default=(), max_length=64
+        default=(), max_length=64, json_schema_extra=LIST_SET
     )
-    expose_headers: tuple[HTTPHeaderName, ...] = Field(default=(), max_length=64)
+    expose_headers: tuple[HTTPHeaderName, ...] = Field(default=(), max_length=64, json_schema_extra=LIST_SET)
     max_age: int = Field(default=5, ge=1, strict=True)
 
 
@@ -795,15 +834,15 @@ def _check_rules(rules: tuple[HTTPRouteRule, ...]) -> tuple[HTTPRouteRule, ...]:
 
 
 class HTTPRouteSpec(Model):
-    parent_refs: tuple[ParentReference, ...] = Field(default=(), max_length=32)
+    parent_refs: ParentRefs = ()
     hostnames: tuple[Hostname, ...] = Field(default=(), max_length=16)
     rules: Annotated[tuple[HTTPRouteRule, ...], AfterValidator(_check_rules)] = Field(
         default=(HTTPRouteRule(),), min_length=1, max_length=16
     )
 
 
-class HTTPRoute(ObjectChecked, KubeObject):
+class HTTPRoute(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "HTTPRoute"
 
-    spec: HTTPRouteSpec = HTTPRouteSpec()
+    spec: HTTPRouteSpec  # required, as upstream's CRD has it

@@ -19,7 +19,7 @@ from weir.api.gateway_v1 import (
     BackendRef,
     HTTPHeaderFilter,
     HTTPRequestMirrorFilter,
-    ParentReference,
+    ParentRefs,
     SessionPersistence,
 )
 from weir.api.listtypes import list_map
@@ -146,7 +146,7 @@ GRPCRouteRules = Annotated[
 
 
 class GRPCRouteSpec(Model):
-    parent_refs: tuple[ParentReference, ...] = Field(default=(), max_length=32)
+    parent_refs: ParentRefs = ()
     hostnames: tuple[Hostname, ...] = Field(default=(), max_length=16)
     rules: GRPCRouteRules = ()
 

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from weir.api.gateway_v1 import GROUP, BackendRef, ParentReference
+from weir.api.cel import CelChecked
+from weir.api.gateway_v1 import GROUP, BackendRef, ParentRefs
 from weir.api.meta import KubeObject, Model, SectionName
 
 API_VERSION = f"{GROUP}/v1"
@@ -35,7 +36,7 @@ class TCPRouteRule(Model):
 
 
 class TCPRouteSpec(Model):
-    parent_refs: tuple[ParentReference, ...] = Field(default=(), max_length=32)
+    parent_refs: ParentRefs = ()
     rules: tuple[TCPRouteRule, ...] = Field(min_length=1, max_length=1, json_schema_extra=_ATOMIC)
 
 
@@ -43,7 +44,7 @@ class TCPRouteSpecV1Alpha2(TCPRouteSpec):
     rules: tuple[TCPRouteRule, ...] = Field(min_length=1, max_length=16, json_schema_extra=_ATOMIC)
 
 
-class TCPRoute(KubeObject):
+class TCPRoute(CelChecked, KubeObject):
     """Forwards the connections a TCP listener accepts to the backends of its rule."""
 
     API_VERSION: ClassVar[str] = API_VERSION

@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from weir.api.cel import CelChecked, CelRule
-from weir.api.gateway_v1 import GROUP, BackendRef, ParentReference
+from weir.api.gateway_v1 import GROUP, BackendRef, ParentRefs
 from weir.api.meta import Hostname, KubeObject, Model, SectionName
 
 API_VERSION = f"{GROUP}/v1"
@@ -47,7 +47,7 @@ class TLSRouteRule(Model):
 
 
 class TLSRouteSpec(Model):
-    parent_refs: tuple[ParentReference, ...] = Field(default=(), max_length=32)
+    parent_refs: ParentRefs = ()
     hostnames: TLSRouteHostnames
     rules: tuple[TLSRouteRule, ...] = Field(min_length=1, max_length=1, json_schema_extra=_ATOMIC)
 

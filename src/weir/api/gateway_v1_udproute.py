@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from weir.api.cel import CelChecked
 from weir.api.gateway_v1 import GROUP
 from weir.api.gateway_v1_tcproute import TCPRouteSpec, TCPRouteSpecV1Alpha2
 from weir.api.meta import KubeObject
@@ -18,7 +19,7 @@ API_VERSION = f"{GROUP}/v1"
 API_VERSION_V1ALPHA2 = f"{GROUP}/v1alpha2"
 
 
-class UDPRoute(KubeObject):
+class UDPRoute(CelChecked, KubeObject):
     """Forwards the datagrams a UDP listener receives to the backends of its rule."""
 
     API_VERSION: ClassVar[str] = API_VERSION

@@ -22,6 +22,7 @@ its intent and says so at the rule. See ``docs/xbackend.md``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -378,6 +379,15 @@ SCHEMAS: dict[Shape, ShapeSchema] = {
 }
 
 
+#: The label the headless Service of an EndpointSelector XBackend carries (value: the XBackend's
+#: name); the same string as ``weir.translate.backends.SELECTOR_SERVICE_LABEL``, which the API
+#: layer does not import (a test keeps them equal).
+SELECTOR_LABEL = "weir.dev/xbackend"
+_LABEL_VALUE_MAX = 63
+#: What a Service name made from ``generateName: <name>-`` needs of ``<name>`` (DNS-1035 label).
+_SERVICE_NAME_START = re.compile(r"^[a-z][-a-z0-9]*$")
+
+
 class XBackend(CelChecked, KubeObject):
     API_VERSION: ClassVar[str] = API_VERSION
     KIND: ClassVar[str] = "XBackend"
@@ -394,15 +404,52 @@ class XBackend(CelChecked, KubeObject):
         return self.spec.SHAPE
 
     def warnings(self) -> tuple[tuple[str, str], ...]:
-        """A v1.6 ``port.name``: weir accepts a valid DNS label, as the field's rule means, but that
-        rule makes an API server with the released v1.6.x CRD refuse every non-empty name."""
+        """What is valid here but will fail elsewhere.
+
+        * A v1.6 ``port.name``: weir accepts a valid DNS label, as the field's
+          rule means, but that rule makes an API server with the released
+          v1.6.x CRD refuse every non-empty name.
+        * An EndpointSelector XBackend whose name the headless Service weir
+          creates for it in a cluster cannot carry (``docs/xbackend.md``): that
+          Service is labelled ``weir.dev/xbackend: <name>`` (a label value: at
+          most 63 characters) and named from ``generateName: <name>-`` (a
+          Service name is a DNS-1035 label: no dots, a letter first). weir
+          skips a name too long for the label, and the API server refuses the
+          other; either way the backend gets no endpoints there. The files
+          provider creates no Service and serves it.
+        """
+        found: list[tuple[str, str]] = []
         if isinstance(self.spec, XBackendSpec) and self.spec.port.name:
-            return (
+            found.append(
                 (
                     "spec.port.name",
                     "accepted, but a cluster with the released v1.6.x XBackend CRD refuses every "
                     "non-empty name (its rule is wrong upstream; upstream main removed the field): "
                     "omit it for such clusters",
-                ),
+                )
             )
-        return ()
+        if self.spec.endpoint_selector is not None:
+            name = self.name
+            why = []
+            if len(name) > _LABEL_VALUE_MAX:
+                why.append(
+                    f"it is {len(name)} characters long and the Service's label {SELECTOR_LABEL} holds "
+                    f"at most {_LABEL_VALUE_MAX}"
+                )
+            if not _SERVICE_NAME_START.match(name):
+                why.append(
+                    "a Service name (made from generateName: <name>-) must start with a letter and hold "
+                    "only lowercase letters, digits and '-'"
+                )
+            if why:
+                found.append(
+                    (
+                        "metadata.name",
+                        "in a Kubernetes cluster weir serves an EndpointSelector XBackend through a headless "
+                        "Service it creates, and no such Service can be made for this name ("
+                        + "; ".join(why)
+                        + "), so the backend gets no endpoints there: rename the XBackend to a DNS label "
+                        f"of at most {_LABEL_VALUE_MAX} characters",
+                    )
+                )
+        return tuple(found)
