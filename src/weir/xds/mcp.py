@@ -257,7 +257,8 @@ def access_log() -> Any:
     """The gRPC access log of tool calls and refusals, to weir over the xDS cluster.
 
     Its filter passes a request only when the MCP filter found a
-    ``tools/call`` in it or the tool RBAC filter refused it: both write
+    ``tools/call`` or ``tools/list`` in it or the tool RBAC filter refused it
+    (the list filter's findings are in the ``tools/list`` entries): both write
     metadata only where a route enabled them. Entries carry the request's
     dynamic metadata (method, tool, the refusal), its upstream cluster,
     response code, flags and timings.
