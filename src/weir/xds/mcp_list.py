@@ -154,7 +154,9 @@ def lua_patterns(pattern: str, *, widen: bool) -> list[str] | None:
     head, *inner, tail = parts if len(parts) > 1 else (parts[0], parts[0])
     inner = [part for part in inner if part]
     # The forms :func:`weir.xds.mcp.tool_pattern` matches with plain string matchers.
-    simple = len(parts) == 1 or (not inner and not (head and tail)) or (len(inner) == 1 and not head and not tail)
+    simple = (
+        len(parts) == 1 or (not inner and not (head and tail)) or (len(inner) == 1 and not head and not tail)
+    )
     if simple or regex_fits(pattern):
         return ["^" + ".*".join(_lua_literal(part) for part in parts) + "$"]
     if not widen:
