@@ -10,8 +10,22 @@ local MCP = "envoy.filters.http.mcp"
 local OURS = "weir.mcp_tools_list"
 local MAX_DEPTH = 128
 
+-- Byte by byte: LuaJIT runs string.byte compiled, while each pattern search costs far more.
+local byte = string.byte
+local WS = { [32] = true, [9] = true, [13] = true, [10] = true }
+
 local function skip_ws(s, i)
-  return s:find("[^ \t\r\n]", i) or (#s + 1)
+  while WS[byte(s, i)] do i = i + 1 end
+  return i
+end
+
+local function skip_digits(s, i)
+  local b = byte(s, i)
+  while b and b >= 48 and b <= 57 do
+    i = i + 1
+    b = byte(s, i)
+  end
+  return i
 end
 
 local function utf8_char(cp)
@@ -30,12 +44,15 @@ local ESCAPES = { ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n
 local function read_string(s, i)
   local out, j = {}, i + 1
   while true do
-    local k = s:find('["\\%z\1-\31]', j)
-    if not k then return nil end
+    local k, b = j, byte(s, j)
+    while b and b ~= 34 and b ~= 92 and b >= 32 do
+      k = k + 1
+      b = byte(s, k)
+    end
+    if not b or b < 32 then return nil end
+    if b == 34 and #out == 0 then return s:sub(j, k - 1), k + 1 end  -- no escapes: no table
     out[#out + 1] = s:sub(j, k - 1)
-    local c = s:sub(k, k)
-    if c == '"' then return table.concat(out), k + 1 end
-    if c ~= '\\' then return nil end
+    if b == 34 then return table.concat(out), k + 1 end
     local e = s:sub(k + 1, k + 1)
     if ESCAPES[e] then
       out[#out + 1] = ESCAPES[e]
@@ -123,12 +140,25 @@ read_value = function(s, i, depth)
   elseif c == 'n' then
     return s:sub(i, i + 3) == "null" and i + 4 or nil
   end
-  local _, e = s:find('^-?%d+', i)
-  if not e then return nil end
-  local _, f = s:find('^%.%d+', e + 1)
-  e = f or e
-  local _, x = s:find('^[eE][-+]?%d+', e + 1)
-  return (x or e) + 1
+  local j = i
+  if c == '-' then j = j + 1 end
+  local e = skip_digits(s, j)
+  if e == j then return nil end
+  if s:sub(e, e) == '.' then
+    local f = skip_digits(s, e + 1)
+    if f == e + 1 then return nil end
+    e = f
+  end
+  local x = s:sub(e, e)
+  if x == 'e' or x == 'E' then
+    local k = e + 1
+    local sign = s:sub(k, k)
+    if sign == '+' or sign == '-' then k = k + 1 end
+    local f = skip_digits(s, k)
+    if f == k then return nil end
+    e = f
+  end
+  return e
 end
 
 local function split(text, separator)
