@@ -120,8 +120,9 @@ def test_unreadable_answers_are_refused(lua: Any, body: str) -> None:
 
 def test_every_result_is_filtered_and_messages_without_one_pass(lua: Any) -> None:
     rules = _rules(ir.McpToolPolicy(denied=("rm",)))
-    twice = '{"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "rm"}], "tools": [{"name": "rm"}, {"name": "ls"}]}}'
-    text, removed, listed = lua(200, "application/json", "identity", twice, rules)
+    twice = '{"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "rm"}], '
+    twice += '"tools": [{"name": "rm"}, {"name": "ls"}]}}'
+    text, _, listed = lua(200, "application/json", "identity", twice, rules)
     assert (
         json.loads(text) == {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "ls"}]}} and listed == 3
     )
