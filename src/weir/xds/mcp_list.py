@@ -19,7 +19,9 @@ requests in which Envoy's MCP filter found ``tools/list``:
   matches it, or an ``allowedTools`` list does not. A JSON answer is one
   message; an SSE answer (``text/event-stream``, the streamable HTTP
   transport) has each event's ``data`` read as one message, events without
-  data passing as they are. Everything else in the answer (other members,
+  data passing as they are (the answer reaches the client when the server
+  ends the stream, which the transport has it do after the response).
+  Everything else in the answer (other members,
   the order of the tools kept, their bytes) is passed unchanged; a message
   without ``result`` (a JSON-RPC error, a notification) passes.
 
