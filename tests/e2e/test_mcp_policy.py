@@ -60,6 +60,8 @@ class ToolServer:
     ip: str
     hostname: str
     port: int = 0
+    #: Answer POSTs with one JSON body instead of an SSE stream (the streamable HTTP transport allows both).
+    json_response: bool = False
     #: (JSON-RPC method, tool name) of every message POSTed to it, as it arrived.
     posted: list[tuple[str | None, str | None]] = field(default_factory=list)
     #: (HTTP method, Mcp-Session-Id) of every request.
@@ -117,7 +119,10 @@ class ToolServer:
             tool(fn)
         security = TransportSecuritySettings(allowed_hosts=[self.hostname])
         inner = server.streamable_http_app(
-            streamable_http_path=self.path, transport_security=security, host=self.ip
+            streamable_http_path=self.path,
+            transport_security=security,
+            host=self.ip,
+            json_response=self.json_response,
         )
 
         async def recording(scope: Any, receive: Any, send: Any) -> None:
@@ -365,7 +370,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     folder: Path = tmp_path_factory.mktemp("mcp-policy")
     servers = {
         "tools": ToolServer("tools", "127.0.0.21", "tools.mcp-policy.test"),
-        "ops": ToolServer("ops", "127.0.0.22", "ops.mcp-policy.test"),
+        "ops": ToolServer("ops", "127.0.0.22", "ops.mcp-policy.test", json_response=True),
     }
     down_ip, down_port = "127.0.0.23", free_port("127.0.0.23")  # nothing listens there
     async with DnsStub() as dns, contextlib.AsyncExitStack() as stack:
@@ -465,7 +470,13 @@ async def test_deny_list_with_patterns_modern_client(world: World) -> None:
     """``deniedTools`` alone: exact names and ``*`` patterns refused, every other tool allowed."""
     server = world.servers["ops"]
     server.forget()
-    async with sdk_client(world.url("ops"), "auto") as client:
+    answers: list[str | None] = []
+
+    async def on_response(response: httpx2.Response) -> None:
+        if response.request.method == "POST":
+            answers.append(response.headers.get("content-type"))
+
+    async with sdk_client(world.url("ops"), "auto", on_response) as client:
         listed = {tool.name for tool in (await client.list_tools()).tools}
         assert listed == ALL_TOOLS - {"admin_reset", "delete_repo"}
         for tool, args in (("admin_reset", {}), ("delete_repo", {"repo": "weir"})):
@@ -477,6 +488,7 @@ async def test_deny_list_with_patterns_modern_client(world: World) -> None:
         assert not secret.is_error
     assert server.ran == ["add", "get_secret"]
     assert "admin_reset" not in server.calls() and "delete_repo" not in server.calls()
+    assert set(answers) == {"application/json"}, answers  # this server answers in JSON, the list included
 
 
 async def _post(
