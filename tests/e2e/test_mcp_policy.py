@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -59,6 +60,8 @@ class ToolServer:
     ip: str
     hostname: str
     port: int = 0
+    #: Answer POSTs with one JSON body instead of an SSE stream (the streamable HTTP transport allows both).
+    json_response: bool = False
     #: (JSON-RPC method, tool name) of every message POSTed to it, as it arrived.
     posted: list[tuple[str | None, str | None]] = field(default_factory=list)
     #: (HTTP method, Mcp-Session-Id) of every request.
@@ -116,7 +119,10 @@ class ToolServer:
             tool(fn)
         security = TransportSecuritySettings(allowed_hosts=[self.hostname])
         inner = server.streamable_http_app(
-            streamable_http_path=self.path, transport_security=security, host=self.ip
+            streamable_http_path=self.path,
+            transport_security=security,
+            host=self.ip,
+            json_response=self.json_response,
         )
 
         async def recording(scope: Any, receive: Any, send: Any) -> None:
@@ -189,6 +195,91 @@ async def serve(server: ToolServer) -> AsyncIterator[ToolServer]:
         await asyncio.wait_for(task, 10)
 
 
+RAW_IP = "127.0.0.24"
+RAW_TOOLS = ["add", "get_weather", "get_secret", "delete_repo"]
+
+
+def _tools_result(id_: Any, names: list[Any]) -> bytes:
+    tools = [{"name": n, "description": f"tool {n}", "inputSchema": {"type": "object"}} for n in names]
+    return json.dumps({"jsonrpc": "2.0", "id": id_, "result": {"tools": tools, "nextCursor": "c2"}}).encode()
+
+
+def raw_answer(kind: str, id_: Any) -> tuple[int, dict[str, str], bytes]:
+    """What the raw server answers a ``tools/list`` with, chosen by the request's ``x-answer``."""
+    listing = _tools_result(id_, RAW_TOOLS)
+    sse = "text/event-stream"
+    if kind == "json":
+        return 200, {"content-type": "application/json"}, listing
+    if kind == "sse":
+        # A priming event without data, a progress notification, then the answer over two data lines.
+        note = json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}})
+        text = listing.decode().replace(', "result"', ',\n"result"', 1)
+        data = "\r\n".join(f"data: {line}" for line in text.split("\n"))
+        body = f"id: 0\r\ndata:\r\n\r\nevent: message\r\ndata: {note}\r\n\r\nevent: message\r\n{data}\r\n\r\n"
+        return 200, {"content-type": sse}, body.encode()
+    if kind == "escaped":  # "get_s\u0065cret" is get_secret; a duplicate name: the last counts
+        body = listing.replace(b'"get_secret"', b'"get_s\\u0065cret"')
+        body = body.replace(b'{"name": "add"', b'{"name": "add", "name": "get_secret"')
+        return 200, {"content-type": "application/json"}, body
+    if kind == "gzip":
+        return 200, {"content-type": "application/json", "content-encoding": "gzip"}, gzip.compress(listing)
+    if kind == "text":
+        return 200, {"content-type": "text/plain"}, listing
+    if kind == "truncated":
+        return 200, {"content-type": "application/json"}, listing[:-5]
+    if kind == "unnamed":
+        return 200, {"content-type": "application/json"}, _tools_result(id_, ["add", 7])
+    if kind == "sse-broken":
+        return 200, {"content-type": sse}, b"event: message\ndata: {not json}\n\n"
+    if kind == "error":
+        return 503, {"content-type": "text/plain"}, b"overloaded"
+    if kind == "rpc-error":
+        body = {"jsonrpc": "2.0", "id": id_, "error": {"code": -32601, "message": "no tools here"}}
+        return 200, {"content-type": "application/json"}, json.dumps(body).encode()
+    raise AssertionError(kind)
+
+
+@contextlib.asynccontextmanager
+async def serve_raw(port: int) -> AsyncIterator[None]:
+    """A server that answers every POST as ``x-answer`` says (and records Accept-Encoding)."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        RAW_SEEN.append(headers.get("accept-encoding"))
+        status, extra, answer = raw_answer(headers.get("x-answer", "json"), json.loads(body).get("id"))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(k.encode(), v.encode()) for k, v in extra.items()],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer})
+
+    require_loopback(RAW_IP, what="raw MCP server")
+    config = uvicorn.Config(app, host=RAW_IP, port=port, log_level="warning", lifespan="off")
+    runner = uvicorn.Server(config)
+    task = asyncio.create_task(runner.serve())
+    try:
+        await eventually(lambda: runner.started, timeout=5)
+        yield
+    finally:
+        runner.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+#: The Accept-Encoding of each request the raw server received.
+RAW_SEEN: list[str | None] = []
+
+
 def manifests(port: int, servers: dict[str, tuple[str, int]]) -> str:
     text = GATEWAY_HEAD.format(port=port)
     rules = ""
@@ -246,6 +337,14 @@ spec:
   - {group: gateway.networking.x-k8s.io, kind: XBackend, name: down}
   - {group: gateway.networking.x-k8s.io, kind: XBackend, name: void}
   allowedTools: [add]
+---
+apiVersion: weir.dev/v1alpha1
+kind: BackendMCPPolicy
+metadata: {name: raw, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: raw}]
+  allowedTools: [add, "get_*"]
+  deniedTools: [get_secret]
 """
 
 
@@ -271,7 +370,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     folder: Path = tmp_path_factory.mktemp("mcp-policy")
     servers = {
         "tools": ToolServer("tools", "127.0.0.21", "tools.mcp-policy.test"),
-        "ops": ToolServer("ops", "127.0.0.22", "ops.mcp-policy.test"),
+        "ops": ToolServer("ops", "127.0.0.22", "ops.mcp-policy.test", json_response=True),
     }
     down_ip, down_port = "127.0.0.23", free_port("127.0.0.23")  # nothing listens there
     async with DnsStub() as dns, contextlib.AsyncExitStack() as stack:
@@ -281,6 +380,10 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         dns.set("down.mcp-policy.test", [down_ip])  # void.mcp-policy.test: no record
         harness = Weir(folder, dns, free_port(), egress_denied_cidrs=())  # the servers are on loopback
         backends = {name: (s.hostname, s.port) for name, s in servers.items()}
+        raw_port = free_port(RAW_IP)
+        await stack.enter_async_context(serve_raw(raw_port))
+        dns.set("raw.mcp-policy.test", [RAW_IP])
+        backends["raw"] = ("raw.mcp-policy.test", raw_port)
         backends["down"] = ("down.mcp-policy.test", down_port)
         backends["void"] = ("void.mcp-policy.test", 80)
         try:
@@ -325,9 +428,9 @@ async def test_allow_list_through_the_sdk_client(world: World) -> None:
         arrived.append(time.monotonic())
 
     async with sdk_client(world.url("tools"), "legacy", on_response) as client:
-        # Other methods pass, tools/list included: the gateway does not hide tools.
+        # tools/list shows only what tools/call may name (the server's answer: JSON in legacy mode).
         listed = await client.list_tools()
-        assert {tool.name for tool in listed.tools} == ALL_TOOLS
+        assert [tool.name for tool in listed.tools] == ["add", "get_weather", "countdown"]
         added = await client.call_tool("add", {"a": 2, "b": 3})
         assert not added.is_error and added.structured_content == {"result": 5}, added
         weather = await client.call_tool("get_weather", {"city": "Oslo"})  # allowed by get_*
@@ -367,8 +470,15 @@ async def test_deny_list_with_patterns_modern_client(world: World) -> None:
     """``deniedTools`` alone: exact names and ``*`` patterns refused, every other tool allowed."""
     server = world.servers["ops"]
     server.forget()
-    async with sdk_client(world.url("ops"), "auto") as client:
-        assert {tool.name for tool in (await client.list_tools()).tools} == ALL_TOOLS
+    answers: list[str | None] = []
+
+    async def on_response(response: httpx2.Response) -> None:
+        if response.request.method == "POST":
+            answers.append(response.headers.get("content-type"))
+
+    async with sdk_client(world.url("ops"), "auto", on_response) as client:
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        assert listed == ALL_TOOLS - {"admin_reset", "delete_repo"}
         for tool, args in (("admin_reset", {}), ("delete_repo", {"repo": "weir"})):
             with pytest.raises(MCPError) as refused:
                 await client.call_tool(tool, args)
@@ -378,6 +488,7 @@ async def test_deny_list_with_patterns_modern_client(world: World) -> None:
         assert not secret.is_error
     assert server.ran == ["add", "get_secret"]
     assert "admin_reset" not in server.calls() and "delete_repo" not in server.calls()
+    assert set(answers) == {"application/json"}, answers  # this server answers in JSON, the list included
 
 
 async def _post(
@@ -540,3 +651,99 @@ async def test_metrics_per_backend_and_tool(world: World) -> None:
         == _values(metrics.render(accesslog.collect()))[_key(denied, "tools", "get_secret")]
     )
     assert _key("weir_mcp_tool_call_duration_seconds_bucket", "tools", "add", le="+Inf") in exposed
+
+
+def _list_request(id_: Any = 1) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": id_, "method": "tools/list", "params": {}}).encode()
+
+
+def _names(text: str) -> list[Any]:
+    return [tool["name"] for tool in json.loads(text)["result"]["tools"]]
+
+
+async def test_tools_list_answers_on_the_wire(world: World) -> None:
+    """Each form of answer: filtered, or passed unchanged, or refused as the fail-closed rule says."""
+    allowed = ["add", "get_weather"]
+    RAW_SEEN.clear()
+    json_answer = await _post(
+        world, "raw", _list_request("l-1"), {"x-answer": "json", "accept-encoding": "gzip"}
+    )
+    assert json_answer.status_code == 200, json_answer.text
+    assert _names(json_answer.text) == allowed
+    body = json_answer.json()
+    assert body["id"] == "l-1" and body["result"]["nextCursor"] == "c2"  # the rest is kept
+    assert body["result"]["tools"][0] == {
+        "name": "add",
+        "description": "tool add",
+        "inputSchema": {"type": "object"},
+    }
+    assert RAW_SEEN == [None]  # the gateway asked for an answer it can read
+
+    sse = await _post(world, "raw", _list_request(2), {"x-answer": "sse"})
+    assert sse.status_code == 200 and sse.headers["content-type"] == "text/event-stream"
+    events = [e for e in sse.text.replace("\r\n", "\n").split("\n\n") if e]
+    assert events[0] == "id: 0\ndata:" and "notifications/progress" in events[1], events
+    data = "\n".join(line.removeprefix("data: ") for line in events[2].split("\n")[1:])
+    assert events[2].startswith("event: message\n") and _names(data) == allowed
+
+    escaped = await _post(world, "raw", _list_request(3), {"x-answer": "escaped"})
+    assert _names(escaped.text) == ["get_weather"], escaped.text  # get_s\u0065cret and add-named-get_secret
+
+    error = await _post(world, "raw", _list_request(4), {"x-answer": "rpc-error"})
+    assert error.status_code == 200 and error.json()["error"]["code"] == -32601  # nothing to filter
+
+    passed = await _post(world, "raw", _list_request(5), {"x-answer": "error"})
+    assert passed.status_code == 503 and passed.text == "overloaded"  # no tools come of an error status
+
+    for kind, reason in (
+        ("gzip", "Content-Encoding gzip"),
+        ("text", "text/plain"),
+        ("truncated", "not valid JSON"),
+        ("unnamed", "string name"),
+        ("sse-broken", "not valid JSON"),
+    ):
+        refused = await _post(world, "raw", _list_request(f"r-{kind}"), {"x-answer": kind})
+        assert refused.status_code == 502, (kind, refused.status_code, refused.text)
+        assert refused.headers["content-type"] == "application/json"
+        error_body = refused.json()
+        assert error_body["id"] == f"r-{kind}" and error_body["error"]["code"] == -32603, error_body
+        assert reason in error_body["error"]["data"]["reason"], (kind, error_body)
+        assert "xbackend/default/raw" in error_body["error"]["message"]
+
+
+async def test_tools_list_metrics(world: World) -> None:
+    flush = mcp.ACCESS_LOG_FLUSH_MS / 1000
+    await asyncio.sleep(2 * flush)
+
+    def values() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        out = {}
+        for family in metrics.parse(metrics.render(accesslog.collect())):
+            if family.name in ("weir_mcp_tool_lists_total", "weir_mcp_tools_filtered_total"):
+                for sample in family.samples:
+                    out[(family.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return out
+
+    before = values()
+    for kind in ("json", "json", "rpc-error", "text", "error"):
+        await _post(world, "raw", _list_request(), {"x-answer": kind})
+
+    def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return (name, tuple(sorted({"namespace": "default", "xbackend": "raw", **labels}.items())))
+
+    expected = {
+        key("weir_mcp_tool_lists_total", outcome="filtered"): 2,
+        key("weir_mcp_tool_lists_total", outcome="refused"): 1,
+        key("weir_mcp_tool_lists_total", outcome="passed"): 1,
+        key("weir_mcp_tools_filtered_total", tool="get_secret"): 2,
+        key("weir_mcp_tools_filtered_total", tool="delete_repo"): 2,
+    }
+
+    def moved() -> dict[Any, float]:
+        now = values()
+        return {k: now.get(k, 0) - before.get(k, 0) for k in expected}
+
+    with contextlib.suppress(AssertionError):
+        await eventually(lambda: moved() == expected, timeout=5)
+    assert moved() == expected
+    exposed = await world.scrape()
+    assert 'weir_mcp_tools_filtered_total{namespace="default",xbackend="raw",tool="get_secret"}' in exposed

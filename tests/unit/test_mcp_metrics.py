@@ -19,7 +19,7 @@ from envoy.data.accesslog.v3 import accesslog_pb2
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
 from weir import metrics
-from weir.xds import accesslog, mcp
+from weir.xds import accesslog, mcp, mcp_list
 
 CALLS = "weir_mcp_tool_calls_total"
 DENIED = "weir_mcp_tool_denied_total"
@@ -67,7 +67,7 @@ def values(sink: accesslog.McpToolMetrics) -> dict[tuple[str, str, str], float]:
     out = {}
     for family in metrics.parse(metrics.render(sink.collect())):
         for sample in family.samples:
-            if "le" not in sample.labels:
+            if "le" not in sample.labels and "tool" in sample.labels:  # not the lists by outcome
                 assert sample.labels["namespace"] == "team"
                 key = (family.name + sample.name_suffix, sample.labels["xbackend"], sample.labels["tool"])
                 out[key] = sample.value
@@ -164,8 +164,44 @@ def test_empty_metrics_render() -> None:
         (DENIED, "counter", ()),
         (ERRORS, "counter", ()),
         ("weir_mcp_tool_call_duration_seconds", "histogram", ()),
+        ("weir_mcp_tool_lists_total", "counter", ()),
+        ("weir_mcp_tools_filtered_total", "counter", ()),
     ]
     assert {f.name for f in accesslog.collect()} == {f.name for f in families}
+
+
+def _listed(outcome: str | None, removed: str = "") -> Any:
+    """A ``tools/list`` entry with what the list filter (weir.xds.mcp_list) wrote, ``None``: nothing."""
+    out = entry(..., method="tools/list")
+    if outcome is not None:
+        found: dict[str, Any] = {"outcome": outcome}
+        if removed:
+            found["tools"] = removed
+        out.common_properties.metadata.filter_metadata[mcp_list.LIST_METADATA].update(found)
+    return out
+
+
+def test_tools_list_outcomes_and_tools_filtered() -> None:
+    sink = accesslog.McpToolMetrics(max_tools_per_backend=2)
+    sink.record(_listed("filtered", "get_secret,delete_repo"))
+    sink.record(_listed("filtered", "get_secret,rm," + "x" * 129))  # rm: a third name, counted as (other)
+    sink.record(_listed("unchanged"))
+    sink.record(_listed("refused"))
+    sink.record(_listed(None))  # the filter did not run (no restricting policy): not counted
+    lists = {
+        s.labels["outcome"]: s.value
+        for f in metrics.parse(metrics.render(sink.collect()))
+        if f.name == "weir_mcp_tool_lists_total"
+        for s in f.samples
+    }
+    assert lists == {"filtered": 2, "unchanged": 1, "refused": 1}
+    assert {k: v for k, v in values(sink).items() if k[0] == "weir_mcp_tools_filtered_total"} == {
+        ("weir_mcp_tools_filtered_total", "tools", "get_secret"): 2,
+        ("weir_mcp_tools_filtered_total", "tools", "delete_repo"): 1,
+        ("weir_mcp_tools_filtered_total", "tools", accesslog.OTHER): 1,
+        ("weir_mcp_tools_filtered_total", "tools", accesslog.INVALID): 1,
+    }
+    assert not any(k[0] == CALLS for k in values(sink))  # a list is not a call
 
 
 @pytest.fixture

@@ -7,8 +7,9 @@ the shape of the status: :mod:`weir.translate.policies`.
 **What it does.** The XBackend's upstream gets
 :class:`weir.ir.McpToolPolicy`: a ``tools/call`` naming a tool that
 ``allowedTools`` does not match (when it is set), or that ``deniedTools``
-matches, is refused by the gateway and never reaches the server; other MCP
-methods pass (enforcement: :mod:`weir.xds.mcp`). Patterns are tool names in
+matches, is refused by the gateway and never reaches the server, and the
+answers to ``tools/list`` leave such tools out; other MCP methods pass
+(enforcement: :mod:`weir.xds.mcp`, :mod:`weir.xds.mcp_list`). Patterns are tool names in
 which ``*`` matches any run of characters; they are kept sorted and without
 repeats, so that the order they are written in changes nothing.
 
@@ -86,8 +87,8 @@ def _conditions(policy: BackendMCPPolicy) -> Conditions:
     )
     denied = f", except those matching {', '.join(tools.denied)}" if tools.denied else ""
     message = (
-        f"{allowed}{denied}; other calls are refused by the gateway and never reach the server. "
-        "Other MCP methods pass"
+        f"{allowed}{denied}; other calls are refused by the gateway and never reach the server, and "
+        "tools/list answers show only the tools that may be called. Other MCP methods pass"
     )
     return ((st.ACCEPTED, True, st.R_ACCEPTED, message),)
 

@@ -1,6 +1,6 @@
 """Per-tool MCP metrics, from the access log entries Envoy streams to weir over gRPC.
 
-Envoy sends one entry per ``tools/call`` to an upstream with an MCP tool
+Envoy sends one entry per ``tools/call`` and ``tools/list`` to an upstream with an MCP tool
 policy, and one per request that policy refused (see
 :func:`weir.xds.mcp.access_log`), over the AccessLogService v3 on weir's
 own gRPC server (the ADS socket: :func:`add_to_server`). :class:`McpToolMetrics`
@@ -20,6 +20,12 @@ into Prometheus families for ``/metrics``:
 - ``weir_mcp_tool_call_duration_seconds``: for forwarded calls, from the
   first byte of the request to the last byte of the response (a streamed
   result included).
+- ``weir_mcp_tool_lists_total`` (labels ``namespace``, ``xbackend``,
+  ``outcome``): answers to ``tools/list`` the gateway read
+  (:mod:`weir.xds.mcp_list`): ``filtered``, ``unchanged``, ``refused``,
+  ``passed``;
+- ``weir_mcp_tools_filtered_total``: tools removed from those answers, per
+  tool.
 
 Labels: ``namespace`` and ``xbackend`` (the XBackend), ``tool``. Tool names
 come from clients, so they are bounded: at most :data:`MAX_TOOLS_PER_BACKEND`
@@ -46,6 +52,7 @@ from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
 from weir.metrics import Counter, Histogram, MetricFamily
 from weir.xds.mcp import ACCESS_LOG_NAME, MCP_METADATA, RBAC_METADATA, UPSTREAM_TAG
+from weir.xds.mcp_list import LIST_METADATA
 
 __all__ = [
     "INVALID",
@@ -128,6 +135,18 @@ class McpToolMetrics:
             "seen.",
             _LABELS,
         )
+        self.lists = Counter(
+            "weir_mcp_tool_lists_total",
+            "Answers to MCP tools/list from an XBackend whose BackendMCPPolicy restricts tools, by what the "
+            "gateway did: filtered (tools removed), unchanged, refused (unreadable, replaced by an error) or "
+            "passed (unreadable, with an error status).",
+            ("namespace", "xbackend", "outcome"),
+        )
+        self.filtered = Counter(
+            "weir_mcp_tools_filtered_total",
+            "Tools the gateway removed from tools/list answers because the BackendMCPPolicy refuses them.",
+            _LABELS,
+        )
         self.duration = Histogram(
             "weir_mcp_tool_call_duration_seconds",
             "Forwarded MCP tools/call requests: time from the first request byte to the last response byte.",
@@ -145,6 +164,9 @@ class McpToolMetrics:
         # The entry's own upstream_cluster is empty when no host was chosen (a refusal, no healthy host).
         backend = _xbackend(common.custom_tags.get(UPSTREAM_TAG) or common.upstream_cluster)
         method = _string(mcp.get("method")) if mcp is not None else None
+        if backend is not None and method == "tools/list" and LIST_METADATA in metadata and not refused:
+            self._record_list(backend, metadata[LIST_METADATA].fields)
+            return
         if backend is None or (method != "tools/call" and not refused):
             return
         with self._lock:
@@ -158,6 +180,19 @@ class McpToolMetrics:
                 self.errors.inc(*labels)
             self.duration.observe(_seconds(common), *labels)
 
+    def _record_list(self, backend: tuple[str, str], found: Any) -> None:
+        """Count a ``tools/list`` answer by what :mod:`weir.xds.mcp_list` wrote about it."""
+        outcome = _string(found.get("outcome"))
+        if outcome is None:
+            return
+        removed = _string(found.get("tools")) or ""
+        with self._lock:
+            self.lists.inc(*backend, outcome)
+            for name in removed.split(","):
+                if name:
+                    invalid = len(name) > MAX_TOOL_NAME
+                    self.filtered.inc(*backend, self._tool_label(backend, INVALID if invalid else name))
+
     def collect(self) -> list[MetricFamily]:
         with self._lock:
             return [
@@ -165,6 +200,8 @@ class McpToolMetrics:
                 self.denied.collect(),
                 self.errors.collect(),
                 self.duration.collect(),
+                self.lists.collect(),
+                self.filtered.collect(),
             ]
 
     def _tool_label(self, backend: tuple[str, str], tool: str) -> str:

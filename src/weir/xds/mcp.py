@@ -16,7 +16,8 @@ protocol ``MCP`` under a ``BackendMCPPolicy``) is served like this:
   ``method``. Escapes are decoded (``"r\\u006d"`` is ``rm``); of duplicate
   keys the last counts, as in Python's, JavaScript's and Go's parsers. Only
   the request is read: responses, ``text/event-stream`` ones included, pass
-  as they arrive.
+  as they arrive, except the answers to ``tools/list``, from which
+  :mod:`weir.xds.mcp_list` removes the tools the policy refuses.
 * **Refusing.** An RBAC filter (:data:`TOOLS_FILTER`) then denies, by that
   metadata, a ``tools/call`` naming a tool the policy does not allow, and
   fails closed on what it cannot judge: a ``tools/call`` without a string
@@ -94,7 +95,8 @@ from envoy.type.tracing.v3 import custom_tag_pb2
 from google.protobuf import struct_pb2, wrappers_pb2
 
 from weir import ir
-from weir.xds.common import duration_ms, pack
+from weir.xds import mcp_list
+from weir.xds.common import cluster_name, duration_ms, pack
 
 #: Envoy's MCP filter: its name in the connection manager, and the namespace of the metadata it writes.
 MCP_FILTER = "envoy.filters.http.mcp"
@@ -158,7 +160,8 @@ _BACKEND = "%UPSTREAM_CLUSTER%"
 
 
 def http_filters() -> list[Any]:
-    """The MCP filter and the tool RBAC filter, both disabled until a route enables them.
+    """The MCP filter, the tool RBAC filter and the list filter (:mod:`weir.xds.mcp_list`), all
+    disabled until a route enables them.
 
     They go after CORS (a preflight is answered before any of this) and before the router.
     """
@@ -166,7 +169,7 @@ def http_filters() -> list[Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def _packed_http_filters() -> tuple[Any, Any]:
+def _packed_http_filters() -> tuple[Any, Any, Any]:
     parser = mcp_pb2.Mcp(max_request_body_size=wrappers_pb2.UInt32Value(value=MAX_INSPECTED_BODY))
     # No stat prefix: RBAC would put it in front of its metadata keys too. Its counters are the
     # connection manager's ``http.<listener>.rbac.*`` (the egress guard's are per cluster).
@@ -174,6 +177,7 @@ def _packed_http_filters() -> tuple[Any, Any]:
     return (
         hcm_pb2.HttpFilter(name=MCP_FILTER, typed_config=pack(parser), disabled=True),
         hcm_pb2.HttpFilter(name=TOOLS_FILTER, typed_config=pack(tools), disabled=True),
+        mcp_list.http_filter(),
     )
 
 
@@ -253,7 +257,8 @@ def access_log() -> Any:
     """The gRPC access log of tool calls and refusals, to weir over the xDS cluster.
 
     Its filter passes a request only when the MCP filter found a
-    ``tools/call`` in it or the tool RBAC filter refused it: both write
+    ``tools/call`` or ``tools/list`` in it or the tool RBAC filter refused it
+    (the list filter's findings are in the ``tools/list`` entries): both write
     metadata only where a route enabled them. Entries carry the request's
     dynamic metadata (method, tool, the refusal), its upstream cluster,
     response code, flags and timings.
@@ -267,6 +272,7 @@ def _packed_access_log() -> Any:
     from weir.bootstrap import XDS_CLUSTER
 
     call = _metadata_filter(MCP_METADATA, "method", "tools/call")
+    listed = _metadata_filter(MCP_METADATA, "method", "tools/list")
     refused = _metadata_filter(RBAC_METADATA, "enforced_engine_result", "denied")
     grpc = als_pb2.HttpGrpcAccessLogConfig(
         common_config=als_pb2.CommonGrpcAccessLogConfig(
@@ -283,7 +289,7 @@ def _packed_access_log() -> Any:
         name="envoy.access_loggers.http_grpc",
         filter=accesslog_pb2.AccessLogFilter(
             or_filter=accesslog_pb2.OrFilter(
-                filters=[accesslog_pb2.AccessLogFilter(metadata_filter=f) for f in (call, refused)]
+                filters=[accesslog_pb2.AccessLogFilter(metadata_filter=f) for f in (call, listed, refused)]
             )
         ),
         typed_config=pack(grpc),
@@ -336,8 +342,9 @@ def per_filter_config(
     if not policies:
         return {}
     out = {MCP_FILTER: _packed_enabled()}
-    if any(p.allowed or p.denied for p in policies):
+    if mcp_list.restricts(policies):
         out[TOOLS_FILTER] = _packed_route_rules(policies)
+        out[mcp_list.LIST_FILTER] = mcp_list.per_route_config(policies, cluster_name(destination))
     return out
 
 
@@ -414,9 +421,8 @@ def tool_pattern(pattern: str, *, widen: bool) -> Any:
         return _tool(string_pb2.StringMatcher(contains=inner[0]))
     if not head and not tail and not inner:  # only stars: any name
         return _tool(_ANY_STRING)
-    expression = "(?s)" + ".*".join(_literal(part) for part in parts)
-    if int(re2.compile(expression).programsize) <= MAX_REGEX_PROGRAM_SIZE:
-        return _tool(string_pb2.StringMatcher(safe_regex=_regex(expression)))
+    if regex_fits(pattern):
+        return _tool(string_pb2.StringMatcher(safe_regex=_regex(_expression(pattern))))
     if not widen:
         return _not(rbac_pb2.Permission(any=True))
     wider = [string_pb2.StringMatcher(contains=part) for part in inner]
@@ -425,6 +431,20 @@ def tool_pattern(pattern: str, *, widen: bool) -> Any:
     if tail:
         wider.append(string_pb2.StringMatcher(suffix=tail))
     return _all(*(_tool(m) for m in wider))
+
+
+def regex_fits(pattern: str) -> bool:
+    """Whether Envoy takes the RE2 expression of ``pattern`` (see :func:`tool_pattern`).
+
+    Only patterns with a ``*`` between fixed parts need one; past the limit
+    they are widened (``deniedTools``) or match nothing (``allowedTools``),
+    wherever weir matches tool names (:mod:`weir.xds.mcp_list` too).
+    """
+    return int(re2.compile(_expression(pattern)).programsize) <= MAX_REGEX_PROGRAM_SIZE
+
+
+def _expression(pattern: str) -> str:
+    return "(?s)" + ".*".join(_literal(part) for part in pattern.split("*"))
 
 
 def _literal(text: str) -> str:
@@ -501,6 +521,7 @@ __all__ = [
     "http_filters",
     "local_reply_mappers",
     "per_filter_config",
+    "regex_fits",
     "tool_pattern",
     "tool_rules",
     "uses_tool_policies",
