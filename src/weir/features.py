@@ -43,6 +43,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteHostRewrite": ("HTTPRouteRewriteHost",),
     "HTTPRouteMethodMatching": ("HTTPRouteMethodMatching",),
     "HTTPRouteNamedRouteRule": ("HTTPRouteNamedRule",),
+    "GRPCRouteNamedRouteRule": ("GRPCRouteNamedRule",),
     "HTTPRouteParentRefPort": ("HTTPRouteListenerPortMatching",),
     "HTTPRoutePathRedirect": ("HTTPRouteRedirectPath",),
     "HTTPRouteRequestMirror": ("HTTPRouteRequestMirror",),

@@ -129,6 +129,25 @@ CASES = [
     ),
     GrpcCase(
         Case(
+            "GRPCRouteNamedRule",
+            # Rules carry names (GEP-995); routing is as without them.
+            grpc_route(
+                "grpc-named-rules",
+                f"""\
+  - name: echo-rule
+    matches: [{{method: {{service: {SERVICE}, method: Echo}}}}]
+    backendRefs: [{{name: grpc-infra-backend-v1, port: 8080}}]
+  - name: echo-two-rule
+    matches: [{{method: {{service: {SERVICE}, method: EchoTwo}}}}]
+    backendRefs: [{{name: grpc-infra-backend-v2, port: 8080}}]
+""",
+            ),
+            statuses=(RouteStatus("grpc-named-rules", kind="GRPCRoute"),),
+        ),
+        calls=(Call("Echo", G1), Call("EchoTwo", G2)),
+    ),
+    GrpcCase(
+        Case(
             "GRPCRouteServiceMatching",
             # A match naming only the service takes every method of it (suite's own name).
             grpc_route(
