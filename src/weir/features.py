@@ -48,6 +48,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRoutePathRedirect": ("HTTPRouteRedirectPath",),
     "HTTPRouteRequestMirror": ("HTTPRouteRequestMirror",),
     "HTTPRouteRequestMultipleMirrors": ("HTTPRouteRequestMultipleMirrors",),
+    "HTTPRouteRequestPercentageMirror": ("HTTPRouteRequestPercentageMirror",),
     "HTTPRouteBackendProtocolWebSocket": ("HTTPRouteBackendProtocolWebSocket",),
     "CookieSessionPersistence": ("HTTPRouteSessionPersistenceCookie",),
     "HTTPRoute303RedirectStatusCode": ("HTTPRoute303Redirect",),

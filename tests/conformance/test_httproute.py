@@ -1774,6 +1774,109 @@ async def test_request_mirror(conformance: Conformance, path: str, mirrors: tupl
         await h.delete("case-mirror")
 
 
+PERCENTAGE_MIRROR_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: request-percentage-mirror, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /percent-mirror}}]
+    filters:
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: infra-backend-v2, port: 8080}, percent: 20}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /percent-mirror-fraction}}]
+    filters:
+    - type: RequestMirror
+      requestMirror:
+        backendRef: {name: infra-backend-v2, port: 8080}
+        fraction: {numerator: 25, denominator: 50}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /percent-multi-mirror-and-modify-headers}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: header-val-1}, {name: X-Header-Add-Append, value: header-val-2}]
+        remove: [X-Header-Remove]
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: infra-backend-v2, port: 8080}, percent: 35}
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: infra-backend-v3, port: 8080}, percent: 50}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+"""
+
+
+@pytest.mark.parametrize(
+    "path,shares",
+    [
+        pytest.param("/percent-mirror", {V2: 0.2}, id="HTTPRouteRequestPercentageMirror"),
+        pytest.param("/percent-mirror-fraction", {V2: 0.5}, id="HTTPRouteRequestPercentageMirror-fraction"),
+        pytest.param(
+            "/percent-multi-mirror-and-modify-headers",
+            {V2: 0.35, V3: 0.5},
+            id="HTTPRouteRequestPercentageMirror-multiple-and-headers",
+        ),
+    ],
+)
+async def test_request_percentage_mirror(
+    conformance: Conformance, path: str, shares: dict[str, float]
+) -> None:
+    """Every request reaches the primary backend (with the rule's header edits); each mirror
+    receives a copy of its share of them. Sampling is random, so a share is checked to within
+    4.5 standard deviations of the binomial count (400 requests: 20% is 80 ± 36): a mirror that
+    takes every request, or none, still fails by far."""
+    h = conformance
+    await h.apply("case-percentage-mirror", PERCENTAGE_MIRROR_ROUTE)
+    try:
+        h.check(RouteStatus("request-percentage-mirror"))
+        edits = Seen(
+            headers=(
+                ("X-Header-Set", "set-overwrites-values"),
+                ("X-Header-Add", "header-val-1"),
+                ("X-Header-Add-Append", "append-val-1,header-val-2"),
+            ),
+            absent_headers=("X-Header-Remove",),
+        )
+        sent = (("X-Header-Remove", "remove-val"), ("X-Header-Add-Append", "append-val-1"))
+        if "headers" in path:
+            await h.expect(Request(path=path, headers=sent), Expect(backend=V1, seen=edits))
+        else:
+            await h.expect(Request(path=path), Expect(backend=V1))
+        run = f"{path}/run-{id(h)}-{asyncio.get_running_loop().time()}"
+        total, answered = 400, Counter[str]()
+
+        async def one(client: httpx.AsyncClient, n: int) -> None:
+            response = await client.get(h.url(Request(path=f"{run}/{n}")))
+            answered[str(response.json()["service"]) if response.status_code == 200 else "error"] += 1
+
+        limits = httpx.Limits(max_connections=20, max_keepalive_connections=20)
+        async with httpx.AsyncClient(limits=limits) as client:
+            for start in range(0, total, 50):
+                await asyncio.gather(*(one(client, n) for n in range(start, start + 50)))
+        assert answered == {V1: total}, f"the primary backend must answer every request: {answered}"
+
+        def mirrored() -> dict[str, int]:
+            return {m: sum(r.path.startswith(run) for r in h.requests_seen(m)) for m in shares}
+
+        # Mirrors are sent alongside the primary request and may land after its answer.
+        loop, counts = asyncio.get_running_loop(), mirrored()
+        quiet_since = loop.time()
+        while loop.time() - quiet_since < 0.5:
+            await asyncio.sleep(0.1)
+            now = mirrored()
+            if now != counts:
+                counts, quiet_since = now, loop.time()
+        for mirror, share in shares.items():
+            want, spread = total * share, 4.5 * (total * share * (1 - share)) ** 0.5
+            assert abs(counts[mirror] - want) <= spread, (
+                f"{mirror}: received {counts[mirror]} of {total} requests, want {want:.0f} ± {spread:.0f}"
+            )
+    finally:
+        await h.delete("case-percentage-mirror")
+
+
 WEBSOCKET_ROUTE = """
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
