@@ -27,6 +27,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "GRPCRoute": ("GRPCExactMethodMatching", "GRPCRouteHeaderMatching"),
     "Gateway": ("GatewayWithAttachedRoutes", "GatewayModifyListeners", "GatewayObservedGenerationBump"),
     "GatewayHTTPListenerIsolation": ("GatewayHTTPListenerIsolation",),
+    "GatewayPort8080": ("GatewayWithAttachedRoutesWithPort8080", "HTTPRouteRedirectPortAndScheme"),
     "GatewayStaticAddresses": ("GatewayStaticAddresses",),
     "GatewayFrontendClientCertificateValidation": (
         "GatewayFrontendClientCertificateValidation",

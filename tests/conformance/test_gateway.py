@@ -677,6 +677,53 @@ spec:
         ),
     ),
     Case(
+        "GatewayWithAttachedRoutesWithPort8080",
+        # A listener on port 8080 next to one on 80: both accepted and programmed, the route
+        # attached by sectionName to the one on 80 only; 8080 is served (404: no route there).
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-with-two-listeners-and-one-attached-route, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  listeners:
+  - name: http-unattached
+    port: 8080
+    protocol: HTTP
+    allowedRoutes: {kinds: [{kind: HTTPRoute}], namespaces: {from: All}}
+  - name: http
+    port: 80
+    protocol: HTTP
+    allowedRoutes: {kinds: [{kind: HTTPRoute}], namespaces: {from: All}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: http-route-4-port8080, namespace: gateway-conformance-infra}
+spec:
+  parentRefs:
+  - kind: Gateway
+    name: gateway-with-two-listeners-and-one-attached-route
+    namespace: gateway-conformance-infra
+    sectionName: http
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+""",
+        statuses=(
+            GatewayStatus(
+                "gateway-with-two-listeners-and-one-attached-route",
+                conditions={"Accepted": "True", "Programmed": "True"},
+                listeners={
+                    "http": ListenerStatus(LISTENER_OK, attached=1, only_kinds=("HTTPRoute",)),
+                    "http-unattached": ListenerStatus(LISTENER_OK, attached=0, only_kinds=("HTTPRoute",)),
+                },
+            ),
+            RouteStatus("http-route-4-port8080", gateway="gateway-with-two-listeners-and-one-attached-route"),
+        ),
+        exchanges=(
+            Exchange(via("gateway-with-two-listeners-and-one-attached-route"), answered(V1)),
+            Exchange(via("gateway-with-two-listeners-and-one-attached-route", port=8080), NOT_FOUND),
+        ),
+    ),
+    Case(
         "GatewayModifyListeners",
         MODIFY_GATEWAY.format(generation=1, extra=""),
         statuses=(
