@@ -60,6 +60,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteQueryParamMatching": ("HTTPRouteQueryParamMatching",),
     "HTTPRouteRequestTimeout": ("HTTPRouteTimeoutRequest",),
     "HTTPRouteResponseHeaderModification": ("HTTPRouteResponseHeaderModifier",),
+    "HTTPRouteRetry": ("HTTPRouteRetry",),
     "HTTPRouteSchemeRedirect": ("HTTPRouteRedirectScheme", "HTTPRouteRedirectPortAndScheme"),
     "ListenerSet": (
         "ListenerSetDefaultNotAllowed",

@@ -8,6 +8,7 @@ are this suite's own. Base world: see ``harness.py``.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 
 import httpx
@@ -1875,6 +1876,71 @@ async def test_request_percentage_mirror(
             )
     finally:
         await h.delete("case-percentage-mirror")
+
+
+RETRY_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retries, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /retry/code-500-attempts-3}}]
+    retry: {codes: [500], attempts: 3}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-2}}]
+    retry: {codes: [500, 502, 503, 504], attempts: 2}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-0}}]
+    retry: {codes: [500, 502, 503, 504], attempts: 0}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+"""
+
+#: (path, the backend's failing status, how many requests fail before one succeeds, the answer).
+#: ``attempts`` counts retries: with 3, a request is tried at most 4 times.
+RETRY_EXCHANGES = (
+    ("/retry/code-500-attempts-3", 500, 2, 200),
+    ("/retry/code-500-attempts-3", 500, 4, 500),
+    ("/retry/code-500-attempts-3", 503, 2, 503),  # 503 is not a listed code: not retried
+    *(
+        exchange
+        for code in (500, 502, 503, 504)
+        for exchange in (
+            ("/retry/code-all-attempts-2", code, 1, 200),
+            ("/retry/code-all-attempts-2", code, 3, code),
+        )
+    ),
+    ("/retry/code-all-attempts-0", 500, 1, 500),  # attempts 0: no retry (suite's own row)
+)
+
+
+async def test_HTTPRouteRetry(conformance: Conformance) -> None:
+    """A rule's ``retry`` retries the listed codes up to ``attempts`` times through real Envoy.
+
+    The backend fails on purpose (upstream echo-basic's retry simulation, in
+    :func:`weir.testkit.echo_http.retry_simulation_status`): the first ``succeedAfter`` requests
+    of one ``uuid`` get ``responseCode``. Each probe has a new ``uuid``; an answer must hold for
+    two probes in a row (the route may still be on its way to Envoy at first).
+    """
+    h = conformance
+    await h.apply("case-retry", RETRY_ROUTE)
+    try:
+        h.check(RouteStatus("retries"))
+        async with httpx.AsyncClient(timeout=5) as client:
+            for path, code, after, want in RETRY_EXCHANGES:
+                loop = asyncio.get_running_loop()
+                deadline, streak, got = loop.time() + 5, 0, None
+                while streak < 2:
+                    query = f"uuid={uuid.uuid4()}&responseCode={code}&succeedAfter={after}"
+                    response = await client.get(h.url(Request(path=f"{path}?{query}")))
+                    got = response.status_code
+                    served_by_v3 = got != 200 or response.json()["service"] == V3
+                    streak = streak + 1 if got == want and served_by_v3 else 0
+                    assert loop.time() < deadline, (
+                        f"{path} with the backend failing {after} times with {code}: got {got}, want {want}"
+                    )
+    finally:
+        await h.delete("case-retry")
 
 
 WEBSOCKET_ROUTE = """

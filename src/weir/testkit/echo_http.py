@@ -25,7 +25,12 @@ Requests can steer the answer:
 
 - ``/status/NNN`` answers status ``NNN``;
 - a ``delay`` query parameter (``1s``, ``250ms``, ``0.5``) waits that long first;
-- ``X-Echo-Set-Header: Name: value, Other: value`` adds those response headers.
+- ``X-Echo-Set-Header: Name: value, Other: value`` adds those response headers;
+- ``uuid``, ``responseCode`` and ``succeedAfter`` query parameters (upstream
+  echo-basic's retry simulation): the first ``succeedAfter`` requests carrying
+  one ``uuid`` are answered ``responseCode``, later ones as usual. The count is
+  shared by every echo server of the process, so a retry that lands on another
+  pod of the Service still counts (:func:`retry_simulation_status`).
 
 Every request is also recorded (:attr:`EchoHttpServer.requests`), WebSocket
 upgrades included, so a test can check what reached a backend whose answer
@@ -52,7 +57,15 @@ from weir.testkit._conn import StreamServer
 from weir.testkit._http import READ_SIZE, RawRequest, Reply, serve_h2, sniff_h2_preface
 from weir.testkit.websocket import PrefixedReader, accept_key, serve_echo
 
-__all__ = ["EchoHttpServer", "EchoIdentity", "EchoRequest", "TlsFacts", "describe", "parse_delay"]
+__all__ = [
+    "EchoHttpServer",
+    "EchoIdentity",
+    "EchoRequest",
+    "TlsFacts",
+    "describe",
+    "parse_delay",
+    "retry_simulation_status",
+]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +165,25 @@ def parse_delay(target: str) -> float:
     unit = match.group(2) or "s"
     seconds = number / 1000 if unit == "ms" else number * 60 if unit == "m" else number
     return min(seconds, MAX_DELAY)
+
+
+#: ``uuid`` -> requests seen with it (see :func:`retry_simulation_status`); process-wide.
+_RETRY_COUNTS: dict[str, int] = {}
+
+
+def retry_simulation_status(target: str) -> int | None:
+    """The status upstream's retry simulation asks of this request, or ``None`` (answer as usual).
+
+    ``target`` carries ``uuid``, ``responseCode`` (a status, 200-599) and ``succeedAfter`` (a
+    count): the first ``succeedAfter`` requests with that ``uuid`` get ``responseCode``. Anything
+    missing or unreadable turns the simulation off for the request.
+    """
+    query = parse_qs(urlsplit(target).query)
+    uuid, code, after = (query.get(name, [""])[0] for name in ("uuid", "responseCode", "succeedAfter"))
+    if not uuid or not code.isdigit() or not after.isdigit() or not 200 <= int(code) <= 599:
+        return None
+    seen = _RETRY_COUNTS[uuid] = _RETRY_COUNTS.get(uuid, 0) + 1
+    return int(code) if seen <= int(after) else None
 
 
 def _echo_set_headers(request: EchoRequest) -> list[tuple[str, str]]:
@@ -298,6 +330,9 @@ class EchoHttpServer(StreamServer):
             status = int(match.group(1))
             if not 200 <= status <= 599:
                 status = 400
+        simulated = retry_simulation_status(raw.path)
+        if simulated is not None:
+            status = simulated
         headers = [
             ("content-type", "application/json"),
             ("x-content-type-options", "nosniff"),
