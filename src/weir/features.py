@@ -61,6 +61,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteRequestTimeout": ("HTTPRouteTimeoutRequest",),
     "HTTPRouteResponseHeaderModification": ("HTTPRouteResponseHeaderModifier",),
     "HTTPRouteRetry": ("HTTPRouteRetry",),
+    "HTTPRouteRetryBackendTimeout": ("HTTPRouteRetryWithTimeouts",),
     "HTTPRouteSchemeRedirect": ("HTTPRouteRedirectScheme", "HTTPRouteRedirectPortAndScheme"),
     "ListenerSet": (
         "ListenerSetDefaultNotAllowed",

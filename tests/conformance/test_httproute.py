@@ -1914,33 +1914,77 @@ RETRY_EXCHANGES = (
 )
 
 
-async def test_HTTPRouteRetry(conformance: Conformance) -> None:
-    """A rule's ``retry`` retries the listed codes up to ``attempts`` times through real Envoy.
+RETRY_TIMEOUTS_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retries-with-timeouts, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /retry/backend-request-timeout-200ms}}]
+    retry: {attempts: 2}
+    timeouts: {backendRequest: 200ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/request-timeout-200ms}}]
+    retry: {codes: [500], attempts: 5}
+    timeouts: {backendRequest: 200ms, request: 400ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+"""
+
+#: As :data:`RETRY_EXCHANGES`, with the delay of each failing answer: an attempt that outlasts
+#: ``backendRequest`` is retried; retries end with ``request`` (504).
+RETRY_TIMEOUTS_EXCHANGES = (
+    ("/retry/backend-request-timeout-200ms", 500, 2, 200, "300ms"),
+    ("/retry/backend-request-timeout-200ms", 500, 3, 504, "300ms"),
+    ("/retry/request-timeout-200ms", 500, 1, 200, ""),
+    ("/retry/request-timeout-200ms", 500, 4, 504, "100ms"),
+)
+
+
+@pytest.mark.parametrize(
+    "route,name,exchanges",
+    [
+        pytest.param(RETRY_ROUTE, "retries", [(*e, "") for e in RETRY_EXCHANGES], id="HTTPRouteRetry"),
+        pytest.param(
+            RETRY_TIMEOUTS_ROUTE,
+            "retries-with-timeouts",
+            RETRY_TIMEOUTS_EXCHANGES,
+            id="HTTPRouteRetryWithTimeouts",
+        ),
+    ],
+)
+async def test_retry(
+    conformance: Conformance, route: str, name: str, exchanges: list[tuple[str, int, int, int, str]]
+) -> None:
+    """A rule's ``retry`` retries the listed codes (or, without codes, attempts that outlast
+    ``backendRequest``) up to ``attempts`` times, within ``request``, through real Envoy.
 
     The backend fails on purpose (upstream echo-basic's retry simulation, in
     :func:`weir.testkit.echo_http.retry_simulation_status`): the first ``succeedAfter`` requests
-    of one ``uuid`` get ``responseCode``. Each probe has a new ``uuid``; an answer must hold for
-    two probes in a row (the route may still be on its way to Envoy at first).
+    of one ``uuid`` get ``responseCode`` (after ``delayRetry``). Each probe has a new ``uuid``; an
+    answer must hold for two probes in a row (the route may still be on its way to Envoy at first).
     """
     h = conformance
-    await h.apply("case-retry", RETRY_ROUTE)
+    await h.apply(f"case-{name}", route)
     try:
-        h.check(RouteStatus("retries"))
+        h.check(RouteStatus(name))
         async with httpx.AsyncClient(timeout=5) as client:
-            for path, code, after, want in RETRY_EXCHANGES:
+            for path, code, after, want, delay in exchanges:
                 loop = asyncio.get_running_loop()
                 deadline, streak, got = loop.time() + 5, 0, None
                 while streak < 2:
                     query = f"uuid={uuid.uuid4()}&responseCode={code}&succeedAfter={after}"
+                    query += f"&delayRetry={delay}" if delay else ""
                     response = await client.get(h.url(Request(path=f"{path}?{query}")))
                     got = response.status_code
                     served_by_v3 = got != 200 or response.json()["service"] == V3
                     streak = streak + 1 if got == want and served_by_v3 else 0
                     assert loop.time() < deadline, (
-                        f"{path} with the backend failing {after} times with {code}: got {got}, want {want}"
+                        f"{path} with the backend failing {after} times with {code} (delay {delay or 0}): "
+                        f"got {got}, want {want}"
                     )
     finally:
-        await h.delete("case-retry")
+        await h.delete(f"case-{name}")
 
 
 WEBSOCKET_ROUTE = """

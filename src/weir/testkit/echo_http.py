@@ -156,9 +156,12 @@ _STATUS_PATH = re.compile(r"^/status/(\d{3})$")
 def parse_delay(target: str) -> float:
     """Seconds asked for by the ``delay`` query parameter of ``target`` (0 without one or if unreadable)."""
     values = parse_qs(urlsplit(target).query).get("delay")
-    if not values:
-        return 0.0
-    match = _DURATION.match(values[0])
+    return _duration(values[0]) if values else 0.0
+
+
+def _duration(text: str) -> float:
+    """Seconds of a duration such as ``1s``, ``250ms``, ``0.5`` (0 if unreadable), at most MAX_DELAY."""
+    match = _DURATION.match(text)
     if match is None:
         return 0.0
     number = float(match.group(1))
@@ -171,19 +174,23 @@ def parse_delay(target: str) -> float:
 _RETRY_COUNTS: dict[str, int] = {}
 
 
-def retry_simulation_status(target: str) -> int | None:
-    """The status upstream's retry simulation asks of this request, or ``None`` (answer as usual).
+def retry_simulation_status(target: str) -> tuple[int, float] | None:
+    """The status (and delay, in seconds) upstream's retry simulation asks of this request, or
+    ``None`` (answer as usual).
 
     ``target`` carries ``uuid``, ``responseCode`` (a status, 200-599) and ``succeedAfter`` (a
-    count): the first ``succeedAfter`` requests with that ``uuid`` get ``responseCode``. Anything
-    missing or unreadable turns the simulation off for the request.
+    count): the first ``succeedAfter`` requests with that ``uuid`` get ``responseCode``, each
+    after ``delayRetry`` (a duration, as ``delay`` reads them) when given. Anything missing or
+    unreadable turns the simulation off for the request.
     """
     query = parse_qs(urlsplit(target).query)
     uuid, code, after = (query.get(name, [""])[0] for name in ("uuid", "responseCode", "succeedAfter"))
     if not uuid or not code.isdigit() or not after.isdigit() or not 200 <= int(code) <= 599:
         return None
     seen = _RETRY_COUNTS[uuid] = _RETRY_COUNTS.get(uuid, 0) + 1
-    return int(code) if seen <= int(after) else None
+    if seen > int(after):
+        return None
+    return int(code), _duration(query.get("delayRetry", [""])[0])
 
 
 def _echo_set_headers(request: EchoRequest) -> list[tuple[str, str]]:
@@ -330,9 +337,10 @@ class EchoHttpServer(StreamServer):
             status = int(match.group(1))
             if not 200 <= status <= 599:
                 status = 400
+        delay = parse_delay(raw.path)
         simulated = retry_simulation_status(raw.path)
         if simulated is not None:
-            status = simulated
+            status, delay = simulated
         headers = [
             ("content-type", "application/json"),
             ("x-content-type-options", "nosniff"),
@@ -341,7 +349,7 @@ class EchoHttpServer(StreamServer):
         body = json.dumps(describe(self.identity, request), indent=1).encode()
         if raw.method == "HEAD" or status in (204, 304):
             body = b""
-        return Reply(status, headers, body, parse_delay(raw.path))
+        return Reply(status, headers, body, delay)
 
     async def _serve_h1(
         self,
