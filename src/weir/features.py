@@ -63,6 +63,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteResponseHeaderModification": ("HTTPRouteResponseHeaderModifier",),
     "HTTPRouteRetry": ("HTTPRouteRetry",),
     "HTTPRouteRetryBackendTimeout": ("HTTPRouteRetryWithTimeouts",),
+    "HTTPRouteRetryConnectionError": ("HTTPRouteRetryConnectionError",),
     "HTTPRouteSchemeRedirect": ("HTTPRouteRedirectScheme", "HTTPRouteRedirectPortAndScheme"),
     "ListenerSet": (
         "ListenerSetDefaultNotAllowed",

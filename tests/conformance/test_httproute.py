@@ -1894,6 +1894,9 @@ spec:
   - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-0}}]
     retry: {codes: [500, 502, 503, 504], attempts: 0}
     backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry-on-connection-errors}}]
+    retry: {attempts: 2}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
 """
 
 #: (path, the backend's failing status, how many requests fail before one succeeds, the answer).
@@ -1911,6 +1914,15 @@ RETRY_EXCHANGES = (
         )
     ),
     ("/retry/code-all-attempts-0", 500, 1, 500),  # attempts 0: no retry (suite's own row)
+)
+
+#: Connection errors are retried once ``retry`` is set, codes or not: the backend closes the
+#: connection unanswered (``reset``, after the request was sent). Upstream's
+#: HTTPRouteRetryConnectionError has a pod that resets next to a healthy one; here one pod resets
+#: the first requests of each probe. Envoy answers a request it gave up on with 503.
+RETRY_CONNECTION_EXCHANGES = (
+    ("/retry-on-connection-errors", "reset", 2, 200),
+    ("/retry-on-connection-errors", "reset", 3, 503),
 )
 
 
@@ -1946,6 +1958,12 @@ RETRY_TIMEOUTS_EXCHANGES = (
     [
         pytest.param(RETRY_ROUTE, "retries", [(*e, "") for e in RETRY_EXCHANGES], id="HTTPRouteRetry"),
         pytest.param(
+            RETRY_ROUTE,
+            "retries",
+            [(*e, "") for e in RETRY_CONNECTION_EXCHANGES],
+            id="HTTPRouteRetryConnectionError",
+        ),
+        pytest.param(
             RETRY_TIMEOUTS_ROUTE,
             "retries-with-timeouts",
             RETRY_TIMEOUTS_EXCHANGES,
@@ -1954,7 +1972,7 @@ RETRY_TIMEOUTS_EXCHANGES = (
     ],
 )
 async def test_retry(
-    conformance: Conformance, route: str, name: str, exchanges: list[tuple[str, int, int, int, str]]
+    conformance: Conformance, route: str, name: str, exchanges: list[tuple[str, int | str, int, int, str]]
 ) -> None:
     """A rule's ``retry`` retries the listed codes (or, without codes, attempts that outlast
     ``backendRequest``) up to ``attempts`` times, within ``request``, through real Envoy.

@@ -28,7 +28,9 @@ Requests can steer the answer:
 - ``X-Echo-Set-Header: Name: value, Other: value`` adds those response headers;
 - ``uuid``, ``responseCode`` and ``succeedAfter`` query parameters (upstream
   echo-basic's retry simulation): the first ``succeedAfter`` requests carrying
-  one ``uuid`` are answered ``responseCode``, later ones as usual. The count is
+  one ``uuid`` are answered ``responseCode`` (``responseCode=reset``: over
+  HTTP/1.x, the connection is closed without an answer; over HTTP/2, 502),
+  later ones as usual. The count is
   shared by every echo server of the process, so a retry that lands on another
   pod of the Service still counts (:func:`retry_simulation_status`).
 
@@ -170,6 +172,9 @@ def _duration(text: str) -> float:
     return min(seconds, MAX_DELAY)
 
 
+#: The simulated status that closes an HTTP/1.x connection without answering (a connection error).
+RESET = 0
+
 #: ``uuid`` -> requests seen with it (see :func:`retry_simulation_status`); process-wide.
 _RETRY_COUNTS: dict[str, int] = {}
 
@@ -178,14 +183,17 @@ def retry_simulation_status(target: str) -> tuple[int, float] | None:
     """The status (and delay, in seconds) upstream's retry simulation asks of this request, or
     ``None`` (answer as usual).
 
-    ``target`` carries ``uuid``, ``responseCode`` (a status, 200-599) and ``succeedAfter`` (a
-    count): the first ``succeedAfter`` requests with that ``uuid`` get ``responseCode``, each
+    ``target`` carries ``uuid``, ``responseCode`` (a status, 200-599, or ``reset``: status
+    :data:`RESET`, the connection closed unanswered) and ``succeedAfter`` (a count): the first
+    ``succeedAfter`` requests with that ``uuid`` get ``responseCode``, each
     after ``delayRetry`` (a duration, as ``delay`` reads them) when given. Anything missing or
     unreadable turns the simulation off for the request.
     """
     query = parse_qs(urlsplit(target).query)
     uuid, code, after = (query.get(name, [""])[0] for name in ("uuid", "responseCode", "succeedAfter"))
-    if not uuid or not code.isdigit() or not after.isdigit() or not 200 <= int(code) <= 599:
+    if code == "reset":
+        code = str(RESET)
+    if not uuid or not code.isdigit() or not after.isdigit() or not (200 <= int(code) <= 599 or code == "0"):
         return None
     seen = _RETRY_COUNTS[uuid] = _RETRY_COUNTS.get(uuid, 0) + 1
     if seen > int(after):
@@ -341,6 +349,8 @@ class EchoHttpServer(StreamServer):
         simulated = retry_simulation_status(raw.path)
         if simulated is not None:
             status, delay = simulated
+            if status == RESET and raw.http_version == "2":
+                status = 502  # a stream of a shared HTTP/2 connection: answered, not dropped
         headers = [
             ("content-type", "application/json"),
             ("x-content-type-options", "nosniff"),
@@ -418,6 +428,9 @@ class EchoHttpServer(StreamServer):
                     self._stats.websocket_frames += await serve_echo(PrefixedReader(rest, reader), writer)
                     return
                 reply = self._answer(raw, tls, remote)
+                if reply.status == RESET:
+                    writer.close()
+                    return
                 if reply.delay > 0:
                     await asyncio.sleep(reply.delay)
                 head = [(k, v) for k, v in reply.headers if k != "content-length"]
