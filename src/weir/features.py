@@ -74,6 +74,8 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "ReferenceGrant": ("HTTPRouteReferenceGrant", "GatewaySecretReferenceGrantSpecific"),
     "TCPRoute": ("TCPRouteParentRefPortAndSectionName", "TCPRouteReferenceGrant"),
     "TLSRoute": ("TLSRouteSimpleSameNamespace", "TLSRouteListenerHostnameMatching"),
+    "TLSRouteModeTerminate": ("TLSRouteTerminateSimpleSameNamespace", "TLSRouteModeTerminate"),
+    "TLSRouteModeMixed": ("TLSRouteMixedTerminationSameNamespace",),
     "UDPRoute": (
         "UDPRoute",
         "UDPRouteParentRefPortAndSectionName",

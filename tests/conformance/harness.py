@@ -135,6 +135,7 @@ TLS_CERTIFICATES: dict[tuple[str, str], tuple[str, ...]] = {
         "abc.example.com",
     ),
     (INFRA_NS, "tls-checks-certificate"): ("abc.example.com",),
+    (INFRA_NS, "tls-terminate-checks-certificate"): ("tls.example.com",),
     (WEB_NS, "certificate"): ("example.org", "*.example.org"),
 }
 MARKER = "conformance-marker"
