@@ -30,6 +30,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "GatewayHTTPListenerIsolation": ("GatewayHTTPListenerIsolation",),
     "GatewayPort8080": ("GatewayWithAttachedRoutesWithPort8080", "HTTPRouteRedirectPortAndScheme"),
     "GatewayStaticAddresses": ("GatewayStaticAddresses",),
+    "GatewayAddressEmpty": ("GatewayOptionalAddressValue",),
     "GatewayFrontendClientCertificateValidation": (
         "GatewayFrontendClientCertificateValidation",
         "GatewayInvalidFrontendClientCertificateValidation",

@@ -598,7 +598,11 @@ class Conformance:
             if "addresses" not in spec:
                 spec["addresses"] = [{"type": "IPAddress", "value": self.gateway_address(key[1], key[0])}]
             else:  # written by the case: requests go to its first IP address
-                ips = [a["value"] for a in spec["addresses"] if a.get("type", "IPAddress") == "IPAddress"]
+                ips = [
+                    a["value"]
+                    for a in spec["addresses"]
+                    if a.get("type", "IPAddress") == "IPAddress" and a.get("value")
+                ]
                 if ips:
                     self._addresses[key] = ips[0]
             for listener in spec.get("listeners") or []:

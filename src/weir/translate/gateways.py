@@ -517,12 +517,19 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
         return ctx
     addresses: list[str] = []
     unsupported: list[str] = []
+    # An IPAddress without a value asks weir to choose one (GatewayAddressEmpty): the address
+    # a Gateway without spec.addresses gets. It cannot be added to addresses that are given.
+    chosen = [a for a in gw.spec.addresses if a.type == "IPAddress" and a.value is None]
+    if chosen and len(chosen) < len(gw.spec.addresses):
+        unsupported.append(
+            "IPAddress without a value next to addresses with one (weir assigns the one default "
+            "address only to a Gateway that names none: give every address a value, or none)"
+        )
     for addr in gw.spec.addresses:
         if addr.type != "IPAddress":
             unsupported.append(f"{addr.type} {addr.value!r}")
             continue
         if addr.value is None:
-            unsupported.append("IPAddress without a value (weir does not assign addresses: give one)")
             continue
         try:
             addresses.append(str(ipaddress.ip_address(addr.value)))
