@@ -25,6 +25,10 @@ __all__ = ["FEATURES", "OUTSIDE_PROFILES", "PROFILES", "SUPPORTED_FEATURES", "fe
 FEATURES: Mapping[str, tuple[str, ...]] = {
     "BackendTLSPolicy": ("BackendTLSPolicy", "BackendTLSPolicyInvalidCACertificateRef"),
     "BackendTLSPolicySANValidation": ("BackendTLSPolicySANValidation",),
+    "GatewayBackendClientCertificate": (
+        "GatewayBackendClientCertificateFeature",
+        "GatewayInvalidTLSBackendConfiguration",
+    ),
     "GRPCRoute": ("GRPCExactMethodMatching", "GRPCRouteHeaderMatching"),
     "Gateway": ("GatewayWithAttachedRoutes", "GatewayModifyListeners", "GatewayObservedGenerationBump"),
     "GatewayHTTPListenerIsolation": ("GatewayHTTPListenerIsolation",),

@@ -312,13 +312,18 @@ class FrontendTLSConfig(Model):
         return self.default
 
 
+class GatewayBackendTLS(Model):
+    """``spec.tls.backend``: the client certificate the Gateway presents when it connects to a
+    backend over TLS (one a BackendTLSPolicy makes TLS)."""
+
+    client_certificate_ref: SecretObjectReference | None = None
+
+
 class GatewaySpecTLS(Model):
-    """``spec.tls`` (``GatewayTLSConfig`` upstream). ``backend`` (a client certificate the
-    Gateway presents to backends) is kept as written and not implemented: upstream clusters
-    are shared by every Gateway, so a per-Gateway client certificate has no place yet."""
+    """``spec.tls`` (``GatewayTLSConfig`` upstream)."""
 
     frontend: FrontendTLSConfig | None = None
-    backend: dict[str, Any] | None = None
+    backend: GatewayBackendTLS | None = None
 
 
 class ListenerNamespaces(Model):

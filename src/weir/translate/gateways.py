@@ -13,8 +13,9 @@ from weir.api.gateway_v1_listenerset import ListenerSet
 from weir.api.meta import KubeObject, ObjectKey
 from weir.features import SUPPORTED_FEATURES
 from weir.resources import Resources
-from weir.translate import frontendtls
+from weir.translate import frontendtls, tls
 from weir.translate import status as st
+from weir.translate.backendclientcert import gateway_client_certificate
 from weir.translate.certificates import CertificateProblem, listener_certificates
 from weir.translate.egress import class_config
 from weir.translate.frontendtls import ClientCAProblem, ClientValidation
@@ -169,6 +170,8 @@ class GatewayContext:
     published: tuple[tuple[str, str], ...] | None = None
     #: Every ListenerSet naming this Gateway, oldest first (attached or refused).
     listener_sets: list[ListenerSetContext] = field(default_factory=list)
+    #: The Gateway's own ``ResolvedRefs``, when it has references of its own (``spec.tls.backend``).
+    resolved_refs: st.Condition | None = None
 
     @property
     def own_listeners(self) -> list[ListenerContext]:
@@ -548,6 +551,16 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
         )
         return ctx
     ctx.addresses = tuple(addresses) or (settings.bind_address,)
+    client_cert = gateway_client_certificate(resources, gw)
+    if isinstance(client_cert, tls.TlsProblem):
+        reason = client_cert.resolved_reason or st.R_INVALID_CLIENT_CERTIFICATE_REF
+        message = (
+            f"spec.tls.backend: {client_cert.message}; TLS backends are reached without a client certificate"
+        )
+        ctx.resolved_refs = st.condition(st.RESOLVED_REFS, False, reason, message, gen)
+    elif client_cert is not None:
+        message = "spec.tls.backend.clientCertificateRef resolved; it is presented to TLS backends"
+        ctx.resolved_refs = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, message, gen)
     if not addresses:
         ctx.published = published_addresses(resources, settings)
     for spec in gw.spec.listeners:
@@ -704,6 +717,8 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
             )
         )
     listeners = _listener_entries(ctx.own_listeners, gen)
+    if ctx.resolved_refs is not None:
+        conditions.append(ctx.resolved_refs)
     if frontendtls.insecure_fallback(ctx.gateway):
         conditions.append(
             st.condition(
