@@ -58,6 +58,10 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteRequestPercentageMirror": ("HTTPRouteRequestPercentageMirror",),
     "HTTPRouteBackendProtocolWebSocket": ("HTTPRouteBackendProtocolWebSocket",),
     "CookieSessionPersistence": ("HTTPRouteSessionPersistenceCookie",),
+    "CookieSessionPersistencePermanentLifetime": (
+        "GRPCRouteSessionPersistenceCookiePermanentLifetime",
+        "HTTPRouteSessionPersistencePermanentCookie",
+    ),
     "HTTPRoute303RedirectStatusCode": ("HTTPRoute303Redirect",),
     "HTTPRoute307RedirectStatusCode": ("HTTPRoute307Redirect",),
     "HTTPRoute308RedirectStatusCode": ("HTTPRoute308Redirect",),
