@@ -9,7 +9,8 @@ shows it: what weir does beyond them (WebSocket backends, request mirrors,
 ...) is tested elsewhere but not claimed here until a conformance case covers
 it.
 
-:data:`PROFILES` lists upstream's features by conformance profile, so that
+:data:`PROFILES` lists upstream v1.6.1's features by conformance profile and
+:data:`OUTSIDE_PROFILES` the features it names outside them, so that
 :func:`feature_table` can write ``docs/conformance.md``'s table: every
 feature, claimed or not, with the cases that show it.
 """
@@ -18,17 +19,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["FEATURES", "PROFILES", "SINCE_V151", "SUPPORTED_FEATURES", "feature_table"]
+__all__ = ["FEATURES", "OUTSIDE_PROFILES", "PROFILES", "SUPPORTED_FEATURES", "feature_table"]
 
 #: Feature name -> the conformance cases that show it.
 FEATURES: Mapping[str, tuple[str, ...]] = {
     "BackendTLSPolicy": ("BackendTLSPolicy", "BackendTLSPolicyInvalidCACertificateRef"),
     "BackendTLSPolicySANValidation": ("BackendTLSPolicySANValidation",),
+    "GatewayBackendClientCertificate": (
+        "GatewayBackendClientCertificateFeature",
+        "GatewayInvalidTLSBackendConfiguration",
+    ),
     "GRPCRoute": ("GRPCExactMethodMatching", "GRPCRouteHeaderMatching"),
     "Gateway": ("GatewayWithAttachedRoutes", "GatewayModifyListeners", "GatewayObservedGenerationBump"),
     "GatewayHTTPListenerIsolation": ("GatewayHTTPListenerIsolation",),
     "GatewayHTTPSListenerDetectMisdirectedRequests": ("HTTPRouteHTTPSListenerDetectMisdirectedRequests",),
+    "GatewayPort8080": ("GatewayWithAttachedRoutesWithPort8080", "HTTPRouteRedirectPortAndScheme"),
     "GatewayStaticAddresses": ("GatewayStaticAddresses",),
+    "GatewayAddressEmpty": ("GatewayOptionalAddressValue",),
     "GatewayFrontendClientCertificateValidation": (
         "GatewayFrontendClientCertificateValidation",
         "GatewayInvalidFrontendClientCertificateValidation",
@@ -44,12 +51,18 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteHostRewrite": ("HTTPRouteRewriteHost",),
     "HTTPRouteMethodMatching": ("HTTPRouteMethodMatching",),
     "HTTPRouteNamedRouteRule": ("HTTPRouteNamedRule",),
+    "GRPCRouteNamedRouteRule": ("GRPCRouteNamedRule",),
     "HTTPRouteParentRefPort": ("HTTPRouteListenerPortMatching",),
     "HTTPRoutePathRedirect": ("HTTPRouteRedirectPath",),
     "HTTPRouteRequestMirror": ("HTTPRouteRequestMirror",),
     "HTTPRouteRequestMultipleMirrors": ("HTTPRouteRequestMultipleMirrors",),
+    "HTTPRouteRequestPercentageMirror": ("HTTPRouteRequestPercentageMirror",),
     "HTTPRouteBackendProtocolWebSocket": ("HTTPRouteBackendProtocolWebSocket",),
     "CookieSessionPersistence": ("HTTPRouteSessionPersistenceCookie",),
+    "CookieSessionPersistencePermanentLifetime": (
+        "GRPCRouteSessionPersistenceCookiePermanentLifetime",
+        "HTTPRouteSessionPersistencePermanentCookie",
+    ),
     "HTTPRoute303RedirectStatusCode": ("HTTPRoute303Redirect",),
     "HTTPRoute307RedirectStatusCode": ("HTTPRoute307Redirect",),
     "HTTPRoute308RedirectStatusCode": ("HTTPRoute308Redirect",),
@@ -58,6 +71,9 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteQueryParamMatching": ("HTTPRouteQueryParamMatching",),
     "HTTPRouteRequestTimeout": ("HTTPRouteTimeoutRequest",),
     "HTTPRouteResponseHeaderModification": ("HTTPRouteResponseHeaderModifier",),
+    "HTTPRouteRetry": ("HTTPRouteRetry",),
+    "HTTPRouteRetryBackendTimeout": ("HTTPRouteRetryWithTimeouts",),
+    "HTTPRouteRetryConnectionError": ("HTTPRouteRetryConnectionError",),
     "HTTPRouteSchemeRedirect": ("HTTPRouteRedirectScheme", "HTTPRouteRedirectPortAndScheme"),
     "ListenerSet": (
         "ListenerSetDefaultNotAllowed",
@@ -68,6 +84,8 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "ReferenceGrant": ("HTTPRouteReferenceGrant", "GatewaySecretReferenceGrantSpecific"),
     "TCPRoute": ("TCPRouteParentRefPortAndSectionName", "TCPRouteReferenceGrant"),
     "TLSRoute": ("TLSRouteSimpleSameNamespace", "TLSRouteListenerHostnameMatching"),
+    "TLSRouteModeTerminate": ("TLSRouteTerminateSimpleSameNamespace", "TLSRouteModeTerminate"),
+    "TLSRouteModeMixed": ("TLSRouteMixedTerminationSameNamespace",),
     "UDPRoute": (
         "UDPRoute",
         "UDPRouteParentRefPortAndSectionName",
@@ -116,30 +134,24 @@ _HTTPROUTE_EXTENDED = (
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
     "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteRetry",
+    "HTTPRouteRetryBackendTimeout",
+    "HTTPRouteRetryConnectionError",
 )
-_SESSION_PERSISTENCE = ("CookieSessionPersistence", "CookieSessionPersistencePermanentLifetime")
 
-#: Conformance profile -> (core features, extended features), as upstream's
-#: ``conformance/utils/suite/profiles.go`` composes them from ``pkg/features``.
-#: GATEWAY-UDP is not an upstream profile: UDPRoute's feature has none, and is
-#: listed here so that the table covers it.
+#: Conformance profile -> (core features, extended features) in upstream v1.6.1. The
+#: extended sets are what v1.6.1 conformance reports list per profile as supported plus
+#: unsupported (``conformance/reports/v1.6/envoy-gateway/experimental-v1.9.0-default-report.yaml``,
+#: run with v1.6.1, and ``agentgateway-agentgateway/v1.3.1-report.yaml``, which lists none
+#: unsupported): a report names every extended feature of the profiles it ran.
+#: GATEWAY-TCP and GATEWAY-UDP are listed so that the table covers TCPRoute and UDPRoute;
+#: neither v1.6 report has such a profile.
 PROFILES: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "GATEWAY-HTTP": (
         ("Gateway", "ReferenceGrant", "HTTPRoute"),
-        (
-            *_GATEWAY_EXTENDED,
-            *_HTTPROUTE_EXTENDED,
-            "BackendTLSPolicy",
-            "BackendTLSPolicySANValidation",
-            "BackendTLSPolicyClusterTrustBundle",
-            "GatewayFrontendClusterTrustBundle",
-            *_SESSION_PERSISTENCE,
-        ),
+        (*_GATEWAY_EXTENDED, *_HTTPROUTE_EXTENDED, "BackendTLSPolicy", "BackendTLSPolicySANValidation"),
     ),
-    "GATEWAY-GRPC": (
-        ("Gateway", "ReferenceGrant", "GRPCRoute"),
-        (*_GATEWAY_EXTENDED, "GRPCRouteNamedRouteRule", *_SESSION_PERSISTENCE),
-    ),
+    "GATEWAY-GRPC": (("Gateway", "ReferenceGrant", "GRPCRoute"), _GATEWAY_EXTENDED),
     "GATEWAY-TLS": (
         ("Gateway", "ReferenceGrant", "TLSRoute"),
         (*_GATEWAY_EXTENDED, "TLSRouteModeTerminate", "TLSRouteModeMixed"),
@@ -148,36 +160,26 @@ PROFILES: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "GATEWAY-UDP": (("Gateway", "UDPRoute"), ()),
 }
 
-#: Features of :data:`PROFILES` that the upstream v1.5.1 conformance report of a
-#: passing implementation lists (``conformance/reports/v1.5.0/agentgateway-agentgateway/
-#: v1.1.0-report.yaml``) or that are core. The others were read in upstream's
-#: ``pkg/features`` sources after v1.5.1; which of them v1.6.1 lists was not checked
-#: against the tag (docs/conformance.md says so).
-SINCE_V151: frozenset[str] = frozenset(
-    {
-        "Gateway",
-        "ReferenceGrant",
-        "HTTPRoute",
-        "GRPCRoute",
-        "TLSRoute",
-        "TCPRoute",
-        "UDPRoute",
-        *_GATEWAY_EXTENDED,
-        *_HTTPROUTE_EXTENDED,
-        "BackendTLSPolicy",
-        "BackendTLSPolicySANValidation",
-        "TLSRouteModeTerminate",
-        "TLSRouteModeMixed",
-    }
+#: Features upstream names (``pkg/features``, its conformance tests) that no v1.6.1 profile
+#: lists: upstream runs their tests when an implementation claims them, outside the profile
+#: summaries. The table shows them below the profiles' features.
+OUTSIDE_PROFILES: tuple[str, ...] = (
+    "GRPCRouteNamedRouteRule",
+    "CookieSessionPersistence",
+    "CookieSessionPersistencePermanentLifetime",
+    "BackendTLSPolicyClusterTrustBundle",
+    "GatewayFrontendClusterTrustBundle",
 )
 
 
 def feature_table() -> str:
-    """docs/conformance.md's feature table (Markdown), from :data:`PROFILES` and :data:`FEATURES`."""
+    """docs/conformance.md's feature table (Markdown), from :data:`PROFILES`,
+    :data:`OUTSIDE_PROFILES` and :data:`FEATURES`."""
     order: list[str] = []
     for core, extended in PROFILES.values():
         order.extend(name for name in (*core, *extended) if name not in order)
-    header = ["feature", *PROFILES, "upstream", "weir claims", "shown by (tests/conformance)"]
+    order.extend(name for name in OUTSIDE_PROFILES if name not in order)
+    header = ["feature", *PROFILES, "weir claims", "shown by (tests/conformance)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name in order:
         levels = []
@@ -185,6 +187,5 @@ def feature_table() -> str:
             levels.append("core" if name in core else "extended" if name in extended else "")
         cases = ", ".join(FEATURES.get(name, ()))
         claimed = "yes" if name in FEATURES else "no"
-        since = "v1.5.1" if name in SINCE_V151 else "after v1.5.1"
-        lines.append("| " + " | ".join([f"`{name}`", *levels, since, claimed, cases]) + " |")
+        lines.append("| " + " | ".join([f"`{name}`", *levels, claimed, cases]) + " |")
     return "\n".join(lines) + "\n"

@@ -124,6 +124,8 @@ ECHO_PORT = 3000
 CLIENT_CERTIFICATES = {
     "tls-validity-checks-client-certificate": "tls-validity-checks-ca-certificate",
     "tls-validity-checks-per-port-client-certificate": "tls-validity-checks-per-port-ca-certificate",
+    # What a Gateway presents to backends (spec.tls.backend); also a Secret of that name.
+    "tls-checks-client-certificate": "tls-checks-client-ca-certificate",
 }
 
 #: The hostnames the module's TLS certificates are issued for.
@@ -138,6 +140,7 @@ TLS_CERTIFICATES: dict[tuple[str, str], tuple[str, ...]] = {
         "unknown-example.org",
     ),
     (INFRA_NS, "tls-checks-certificate"): ("abc.example.com",),
+    (INFRA_NS, "tls-terminate-checks-certificate"): ("tls.example.com",),
     (WEB_NS, "certificate"): ("example.org", "*.example.org"),
 }
 MARKER = "conformance-marker"
@@ -167,6 +170,9 @@ class BackendSpec:
     kind: Literal["http", "tls", "grpc", "udp"] = "http"
     #: For ``tls``: the names the pods' certificate is issued for.
     tls_names: tuple[str, ...] = ()
+    #: For ``tls``: the pods require a client certificate issued by the CA of this
+    #: :data:`CLIENT_CERTIFICATES` entry.
+    client_ca: str | None = None
 
 
 HTTP_BACKENDS = (
@@ -195,6 +201,15 @@ TLS_BACKENDS = (
         (PortSpec(443, "https"),),
         "tls",
         ("abc.example.com", "san.example.com"),
+    ),
+    BackendSpec(
+        INFRA_NS,
+        "tls-backend-with-client-cert-validation",
+        1,
+        (PortSpec(443, "https"),),
+        "tls",
+        ("abc.example.com",),
+        client_ca="tls-checks-client-certificate",
     ),
 )
 GRPC_BACKENDS = tuple(
@@ -413,7 +428,9 @@ class Conformance:
                 else:
                     context = None
                     if spec.kind == "tls":
-                        context = server_ssl_context(self.ca.issue_server_cert(*spec.tls_names))
+                        verify = self.client_cas[spec.client_ca] if spec.client_ca else None
+                        cert = self.ca.issue_server_cert(*spec.tls_names)
+                        context = server_ssl_context(cert, verify_client=verify)
                     server = EchoHttpServer(identity, host=address, port=port, ssl_context=context)
                 pods.append(Pod(spec, identity.pod, address, server))
                 await server.start()
@@ -511,7 +528,8 @@ class Conformance:
             docs.append(self._adjust(gateway))
         for spec in self.backends:
             docs.extend(self._service_manifests(spec))
-        for (ns, name), cert in self.certs.items():
+        client_secrets = {(INFRA_NS, name): cert for name, cert in self.client_certs.items()}
+        for (ns, name), cert in {**self.certs, **client_secrets}.items():
             docs.append(
                 {
                     "apiVersion": "v1",
@@ -600,7 +618,11 @@ class Conformance:
             if "addresses" not in spec:
                 spec["addresses"] = [{"type": "IPAddress", "value": self.gateway_address(key[1], key[0])}]
             else:  # written by the case: requests go to its first IP address
-                ips = [a["value"] for a in spec["addresses"] if a.get("type", "IPAddress") == "IPAddress"]
+                ips = [
+                    a["value"]
+                    for a in spec["addresses"]
+                    if a.get("type", "IPAddress") == "IPAddress" and a.get("value")
+                ]
                 if ips:
                     self._addresses[key] = ips[0]
             for listener in spec.get("listeners") or []:

@@ -18,6 +18,7 @@ from .harness import (
     Conformance,
     Exchange,
     Expect,
+    GatewayStatus,
     PolicyStatus,
     Request,
     RouteStatus,
@@ -204,6 +205,114 @@ spec:
                 statuses=(accepted(generation=2),),
                 exchanges=(through_tls("san.example.com"),),
             ),
+        ),
+    ),
+]
+
+CLIENT_CERT_GW = "gateway-tls-backend-client-certificate"
+CLIENT_CERT_BACKEND = "tls-backend-with-client-cert-validation"
+BACKEND_CLIENT_CERTIFICATE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gateway-tls-backend-client-certificate, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: gateway-conformance
+  listeners: [{{name: http, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: Same}}}}}}]
+{tls}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: gateway-tls-backend-client-certificate, namespace: gateway-conformance-infra}}
+spec:
+  parentRefs: [{{name: gateway-tls-backend-client-certificate}}]
+  hostnames: [abc.example.com]
+  rules:
+  - matches: [{{path: {{type: Exact, value: /}}}}]
+    backendRefs: [{{group: "", kind: Service, name: tls-backend-with-client-cert-validation, port: 443}}]
+"""
+WITH_CLIENT_CERT = """  tls:
+    backend:
+      clientCertificateRef: {group: "", kind: Secret, name: tls-checks-client-certificate}"""
+
+
+def invalid_backend_tls(name: str, ref: str) -> str:
+    return f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {name}, namespace: gateway-conformance-infra}}
+spec:
+  gatewayClassName: gateway-conformance
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+  tls: {{backend: {{clientCertificateRef: {ref}}}}}
+"""
+
+
+CASES += [
+    Case(
+        "GatewayBackendClientCertificateFeature",
+        # The backend's pods require a client certificate from the CA of
+        # tls-checks-client-certificate: the request passes only if the gateway presents it.
+        BACKEND_CLIENT_CERTIFICATE.format(tls=WITH_CLIENT_CERT)
+        + policy("gateway-tls-backend-client-certificate-test", service=CLIENT_CERT_BACKEND),
+        statuses=(
+            GatewayStatus(
+                CLIENT_CERT_GW,
+                {
+                    "Accepted": ("True", "Accepted"),
+                    "ResolvedRefs": ("True", "ResolvedRefs"),
+                    "Programmed": "True",
+                },
+            ),
+            RouteStatus(CLIENT_CERT_GW, gateway=CLIENT_CERT_GW),
+            PolicyStatus(
+                "BackendTLSPolicy",
+                "gateway-tls-backend-client-certificate-test",
+                {"Accepted": "True", "ResolvedRefs": "True"},
+                gateway=CLIENT_CERT_GW,
+            ),
+        ),
+        exchanges=(
+            Exchange(
+                Request(host="abc.example.com", gateway=CLIENT_CERT_GW),
+                Expect(backend=CLIENT_CERT_BACKEND, seen=Seen(sni="abc.example.com")),
+            ),
+        ),
+        steps=(
+            # Without spec.tls.backend the gateway presents nothing, and the backend refuses it.
+            Step(
+                BACKEND_CLIENT_CERTIFICATE.format(tls="")
+                + policy("gateway-tls-backend-client-certificate-test", service=CLIENT_CERT_BACKEND),
+                exchanges=(
+                    Exchange(
+                        Request(host="abc.example.com", gateway=CLIENT_CERT_GW), Expect(server_error=True)
+                    ),
+                ),
+            ),
+        ),
+    ),
+    Case(
+        "GatewayInvalidTLSBackendConfiguration",
+        # Each Gateway's backend client certificate cannot be used: Accepted all the same,
+        # ResolvedRefs=False with the reason the Gateway API names.
+        invalid_backend_tls("gateway-client-certificate-nonexistent-secret", "{name: does-not-exist}")
+        + invalid_backend_tls(
+            "gateway-client-certificate-unsupported-kind",
+            "{group: '', kind: ConfigMap, name: does-not-matter}",
+        )
+        + invalid_backend_tls("gateway-client-certificate-malformed-secret", "{name: malformed-certificate}")
+        + invalid_backend_tls(
+            "gateway-client-certificate-missing-reference-grant",
+            "{name: certificate, namespace: gateway-conformance-web-backend}",
+        ),
+        statuses=tuple(
+            GatewayStatus(name, {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("False", reason)})
+            for name, reason in (
+                ("gateway-client-certificate-nonexistent-secret", "InvalidClientCertificateRef"),
+                ("gateway-client-certificate-unsupported-kind", "InvalidClientCertificateRef"),
+                ("gateway-client-certificate-malformed-secret", "InvalidClientCertificateRef"),
+                ("gateway-client-certificate-missing-reference-grant", "RefNotPermitted"),
+            )
         ),
     ),
 ]

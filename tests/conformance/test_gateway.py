@@ -7,6 +7,9 @@ generation cases write it, as the API server would after an edit.
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 
 from .harness import (
@@ -677,6 +680,53 @@ spec:
         ),
     ),
     Case(
+        "GatewayWithAttachedRoutesWithPort8080",
+        # A listener on port 8080 next to one on 80: both accepted and programmed, the route
+        # attached by sectionName to the one on 80 only; 8080 is served (404: no route there).
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-with-two-listeners-and-one-attached-route, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  listeners:
+  - name: http-unattached
+    port: 8080
+    protocol: HTTP
+    allowedRoutes: {kinds: [{kind: HTTPRoute}], namespaces: {from: All}}
+  - name: http
+    port: 80
+    protocol: HTTP
+    allowedRoutes: {kinds: [{kind: HTTPRoute}], namespaces: {from: All}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: http-route-4-port8080, namespace: gateway-conformance-infra}
+spec:
+  parentRefs:
+  - kind: Gateway
+    name: gateway-with-two-listeners-and-one-attached-route
+    namespace: gateway-conformance-infra
+    sectionName: http
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+""",
+        statuses=(
+            GatewayStatus(
+                "gateway-with-two-listeners-and-one-attached-route",
+                conditions={"Accepted": "True", "Programmed": "True"},
+                listeners={
+                    "http": ListenerStatus(LISTENER_OK, attached=1, only_kinds=("HTTPRoute",)),
+                    "http-unattached": ListenerStatus(LISTENER_OK, attached=0, only_kinds=("HTTPRoute",)),
+                },
+            ),
+            RouteStatus("http-route-4-port8080", gateway="gateway-with-two-listeners-and-one-attached-route"),
+        ),
+        exchanges=(
+            Exchange(via("gateway-with-two-listeners-and-one-attached-route"), answered(V1)),
+            Exchange(via("gateway-with-two-listeners-and-one-attached-route", port=8080), NOT_FOUND),
+        ),
+    ),
+    Case(
         "GatewayModifyListeners",
         MODIFY_GATEWAY.format(generation=1, extra=""),
         statuses=(
@@ -977,3 +1027,64 @@ async def test_base_gateways_are_programmed(conformance: Conformance) -> None:
 @pytest.mark.parametrize("case", params(CASES))
 async def test_case(conformance: Conformance, case: Case) -> None:
     await run_case(conformance, case)
+
+
+OPTIONAL_ADDRESS = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-without-address-value, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  addresses: [{type: IPAddress}]
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: route-to-assigned-address, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: gateway-without-address-value}]
+  rules: [{backendRefs: [{name: infra-backend-v1, port: 8080}]}]
+"""
+
+
+async def test_GatewayOptionalAddressValue(conformance: Conformance) -> None:
+    """An address of type IPAddress without a value: weir assigns one (the address a Gateway
+    without ``spec.addresses`` gets, 127.0.0.1 in this suite), says so in ``status.addresses``,
+    and serves the listener there, through real Envoy."""
+    h = conformance
+    await h.apply("case-gateway-optional-address-value", OPTIONAL_ADDRESS)
+    try:
+        name = "gateway-without-address-value"
+        h.check(
+            GatewayStatus(
+                name,
+                {"Accepted": "True", "Programmed": "True"},
+                listeners={"http": ListenerStatus(LISTENER_OK, attached=1)},
+                addresses=("127.0.0.1",),
+            )
+        )
+        h.check(RouteStatus("route-to-assigned-address", gateway=name))
+        [address] = (h.status("Gateway", "gateway-conformance-infra", name) or {})["addresses"]
+        url = f"http://{address['value']}:{h.listener_port(8080)}/assigned"
+        async with httpx.AsyncClient(timeout=5) as client:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 5
+            while True:
+                try:
+                    response = await client.get(url)
+                    if response.status_code == 200 and response.json()["service"] == V1:
+                        break
+                    got = f"{response.status_code} {response.text[:200]}"
+                except httpx.TransportError as exc:
+                    got = repr(exc)
+                assert loop.time() < deadline, f"GET {url}: {got}, want an answer of {V1}"
+                await asyncio.sleep(0.05)
+        # Next to an address with a value there is no default to assign: refused, and said why.
+        mixed = "addresses: [{type: IPAddress}, {type: IPAddress, value: 127.0.1.251}]"
+        await h.apply(
+            "case-gateway-optional-address-value",
+            OPTIONAL_ADDRESS.replace("addresses: [{type: IPAddress}]", mixed),
+        )
+        h.check(GatewayStatus(name, {"Accepted": ("False", "UnsupportedAddress")}))
+    finally:
+        await h.delete("case-gateway-optional-address-value")

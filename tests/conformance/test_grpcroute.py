@@ -129,6 +129,25 @@ CASES = [
     ),
     GrpcCase(
         Case(
+            "GRPCRouteNamedRule",
+            # Rules carry names (GEP-995); routing is as without them.
+            grpc_route(
+                "grpc-named-rules",
+                f"""\
+  - name: echo-rule
+    matches: [{{method: {{service: {SERVICE}, method: Echo}}}}]
+    backendRefs: [{{name: grpc-infra-backend-v1, port: 8080}}]
+  - name: echo-two-rule
+    matches: [{{method: {{service: {SERVICE}, method: EchoTwo}}}}]
+    backendRefs: [{{name: grpc-infra-backend-v2, port: 8080}}]
+""",
+            ),
+            statuses=(RouteStatus("grpc-named-rules", kind="GRPCRoute"),),
+        ),
+        calls=(Call("Echo", G1), Call("EchoTwo", G2)),
+    ),
+    GrpcCase(
+        Case(
             "GRPCRouteServiceMatching",
             # A match naming only the service takes every method of it (suite's own name).
             grpc_route(
@@ -293,3 +312,49 @@ async def test_case(conformance: Conformance, grpc_case: GrpcCase) -> None:
             await expect_call(h, call)
     finally:
         await h.delete(case.file)
+
+
+PERMANENT_SESSION = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata:
+  name: grpcroute-session-persistence-cookie-permanent-lifetime
+  namespace: gateway-conformance-infra
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - sessionPersistence: {type: Cookie, absoluteTimeout: 1h, cookieConfig: {lifetimeType: Permanent}}
+    backendRefs: [{name: grpc-infra-backend-v1, port: 8080}]
+"""
+
+
+async def test_GRPCRouteSessionPersistenceCookiePermanentLifetime(conformance: Conformance) -> None:
+    """A permanent session cookie on a GRPCRoute: the answer's metadata sets a cookie that expires
+    (``Max-Age``: absoluteTimeout, 3600 s), and a call carrying it reaches the same backend."""
+    h = conformance
+    name = "grpcroute-session-persistence-cookie-permanent-lifetime"
+    await h.apply("case-grpc-permanent-session", PERMANENT_SESSION)
+    try:
+        h.check(RouteStatus(name, kind="GRPCRoute"))
+        target = f"{h.gateway_address('same-namespace')}:{h.listener_port(80)}"
+        deadline, cookie = time.monotonic() + 5, ""
+        while not cookie:
+            async with grpc.aio.insecure_channel(target) as channel:
+                call = channel.unary_unary(f"/{SERVICE}/Echo")(b"", timeout=2.0)
+                try:
+                    await call
+                    cookie = dict(await call.initial_metadata() or ()).get("set-cookie", "")
+                except grpc.aio.AioRpcError as exc:
+                    cookie, last = "", f"call failed: {exc.code().name}"
+                else:
+                    last = "no set-cookie in the answer's metadata"
+            assert cookie or time.monotonic() < deadline, last
+            if not cookie:
+                await asyncio.sleep(0.05)
+        attributes = [part.strip().lower() for part in str(cookie).split(";")[1:]]
+        assert "max-age=3600" in attributes, f"a permanent cookie must expire after absoluteTimeout: {cookie}"
+        name_value = str(cookie).split(";", 1)[0].strip()
+        reply = await grpc_echo(target, "Echo", metadata=(("cookie", name_value),))
+        assert reply.service == G1, reply
+    finally:
+        await h.delete("case-grpc-permanent-session")

@@ -8,6 +8,7 @@ are this suite's own. Base world: see ``harness.py``.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 
 import httpx
@@ -1876,6 +1877,236 @@ async def test_request_mirror(conformance: Conformance, path: str, mirrors: tupl
             await asyncio.sleep(0.05)
     finally:
         await h.delete("case-mirror")
+
+
+PERCENTAGE_MIRROR_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: request-percentage-mirror, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /percent-mirror}}]
+    filters:
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: infra-backend-v2, port: 8080}, percent: 20}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /percent-mirror-fraction}}]
+    filters:
+    - type: RequestMirror
+      requestMirror:
+        backendRef: {name: infra-backend-v2, port: 8080}
+        fraction: {numerator: 25, denominator: 50}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /percent-multi-mirror-and-modify-headers}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: header-val-1}, {name: X-Header-Add-Append, value: header-val-2}]
+        remove: [X-Header-Remove]
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: infra-backend-v2, port: 8080}, percent: 35}
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: infra-backend-v3, port: 8080}, percent: 50}
+    backendRefs: [{name: infra-backend-v1, port: 8080}]
+"""
+
+
+@pytest.mark.parametrize(
+    "path,shares",
+    [
+        pytest.param("/percent-mirror", {V2: 0.2}, id="HTTPRouteRequestPercentageMirror"),
+        pytest.param("/percent-mirror-fraction", {V2: 0.5}, id="HTTPRouteRequestPercentageMirror-fraction"),
+        pytest.param(
+            "/percent-multi-mirror-and-modify-headers",
+            {V2: 0.35, V3: 0.5},
+            id="HTTPRouteRequestPercentageMirror-multiple-and-headers",
+        ),
+    ],
+)
+async def test_request_percentage_mirror(
+    conformance: Conformance, path: str, shares: dict[str, float]
+) -> None:
+    """Every request reaches the primary backend (with the rule's header edits); each mirror
+    receives a copy of its share of them. Sampling is random, so a share is checked to within
+    4.5 standard deviations of the binomial count (400 requests: 20% is 80 ± 36): a mirror that
+    takes every request, or none, still fails by far."""
+    h = conformance
+    await h.apply("case-percentage-mirror", PERCENTAGE_MIRROR_ROUTE)
+    try:
+        h.check(RouteStatus("request-percentage-mirror"))
+        edits = Seen(
+            headers=(
+                ("X-Header-Set", "set-overwrites-values"),
+                ("X-Header-Add", "header-val-1"),
+                ("X-Header-Add-Append", "append-val-1,header-val-2"),
+            ),
+            absent_headers=("X-Header-Remove",),
+        )
+        sent = (("X-Header-Remove", "remove-val"), ("X-Header-Add-Append", "append-val-1"))
+        if "headers" in path:
+            await h.expect(Request(path=path, headers=sent), Expect(backend=V1, seen=edits))
+        else:
+            await h.expect(Request(path=path), Expect(backend=V1))
+        run = f"{path}/run-{id(h)}-{asyncio.get_running_loop().time()}"
+        total, answered = 400, Counter[str]()
+
+        async def one(client: httpx.AsyncClient, n: int) -> None:
+            response = await client.get(h.url(Request(path=f"{run}/{n}")))
+            answered[str(response.json()["service"]) if response.status_code == 200 else "error"] += 1
+
+        limits = httpx.Limits(max_connections=20, max_keepalive_connections=20)
+        async with httpx.AsyncClient(limits=limits) as client:
+            for start in range(0, total, 50):
+                await asyncio.gather(*(one(client, n) for n in range(start, start + 50)))
+        assert answered == {V1: total}, f"the primary backend must answer every request: {answered}"
+
+        def mirrored() -> dict[str, int]:
+            return {m: sum(r.path.startswith(run) for r in h.requests_seen(m)) for m in shares}
+
+        # Mirrors are sent alongside the primary request and may land after its answer.
+        loop, counts = asyncio.get_running_loop(), mirrored()
+        quiet_since = loop.time()
+        while loop.time() - quiet_since < 0.5:
+            await asyncio.sleep(0.1)
+            now = mirrored()
+            if now != counts:
+                counts, quiet_since = now, loop.time()
+        for mirror, share in shares.items():
+            want, spread = total * share, 4.5 * (total * share * (1 - share)) ** 0.5
+            assert abs(counts[mirror] - want) <= spread, (
+                f"{mirror}: received {counts[mirror]} of {total} requests, want {want:.0f} ± {spread:.0f}"
+            )
+    finally:
+        await h.delete("case-percentage-mirror")
+
+
+RETRY_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retries, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /retry/code-500-attempts-3}}]
+    retry: {codes: [500], attempts: 3}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-2}}]
+    retry: {codes: [500, 502, 503, 504], attempts: 2}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-0}}]
+    retry: {codes: [500, 502, 503, 504], attempts: 0}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry-on-connection-errors}}]
+    retry: {attempts: 2}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+"""
+
+#: (path, the backend's failing status, how many requests fail before one succeeds, the answer).
+#: ``attempts`` counts retries: with 3, a request is tried at most 4 times.
+RETRY_EXCHANGES = (
+    ("/retry/code-500-attempts-3", 500, 2, 200),
+    ("/retry/code-500-attempts-3", 500, 4, 500),
+    ("/retry/code-500-attempts-3", 503, 2, 503),  # 503 is not a listed code: not retried
+    *(
+        exchange
+        for code in (500, 502, 503, 504)
+        for exchange in (
+            ("/retry/code-all-attempts-2", code, 1, 200),
+            ("/retry/code-all-attempts-2", code, 3, code),
+        )
+    ),
+    ("/retry/code-all-attempts-0", 500, 1, 500),  # attempts 0: no retry (suite's own row)
+)
+
+#: Connection errors are retried once ``retry`` is set, codes or not: the backend closes the
+#: connection unanswered (``reset``, after the request was sent). Upstream's
+#: HTTPRouteRetryConnectionError has a pod that resets next to a healthy one; here one pod resets
+#: the first requests of each probe. Envoy answers a request it gave up on with 503.
+RETRY_CONNECTION_EXCHANGES = (
+    ("/retry-on-connection-errors", "reset", 2, 200),
+    ("/retry-on-connection-errors", "reset", 3, 503),
+)
+
+
+RETRY_TIMEOUTS_ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retries-with-timeouts, namespace: gateway-conformance-infra}
+spec:
+  parentRefs: [{name: same-namespace}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /retry/backend-request-timeout-200ms}}]
+    retry: {attempts: 2}
+    timeouts: {backendRequest: 200ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+  - matches: [{path: {type: PathPrefix, value: /retry/request-timeout-200ms}}]
+    retry: {codes: [500], attempts: 5}
+    timeouts: {backendRequest: 200ms, request: 400ms}
+    backendRefs: [{name: infra-backend-v3, port: 8080}]
+"""
+
+#: As :data:`RETRY_EXCHANGES`, with the delay of each failing answer: an attempt that outlasts
+#: ``backendRequest`` is retried; retries end with ``request`` (504).
+RETRY_TIMEOUTS_EXCHANGES = (
+    ("/retry/backend-request-timeout-200ms", 500, 2, 200, "300ms"),
+    ("/retry/backend-request-timeout-200ms", 500, 3, 504, "300ms"),
+    ("/retry/request-timeout-200ms", 500, 1, 200, ""),
+    ("/retry/request-timeout-200ms", 500, 4, 504, "100ms"),
+)
+
+
+@pytest.mark.parametrize(
+    "route,name,exchanges",
+    [
+        pytest.param(RETRY_ROUTE, "retries", [(*e, "") for e in RETRY_EXCHANGES], id="HTTPRouteRetry"),
+        pytest.param(
+            RETRY_ROUTE,
+            "retries",
+            [(*e, "") for e in RETRY_CONNECTION_EXCHANGES],
+            id="HTTPRouteRetryConnectionError",
+        ),
+        pytest.param(
+            RETRY_TIMEOUTS_ROUTE,
+            "retries-with-timeouts",
+            RETRY_TIMEOUTS_EXCHANGES,
+            id="HTTPRouteRetryWithTimeouts",
+        ),
+    ],
+)
+async def test_retry(
+    conformance: Conformance, route: str, name: str, exchanges: list[tuple[str, int | str, int, int, str]]
+) -> None:
+    """A rule's ``retry`` retries the listed codes (or, without codes, attempts that outlast
+    ``backendRequest``) up to ``attempts`` times, within ``request``, through real Envoy.
+
+    The backend fails on purpose (upstream echo-basic's retry simulation, in
+    :func:`weir.testkit.echo_http.retry_simulation_status`): the first ``succeedAfter`` requests
+    of one ``uuid`` get ``responseCode`` (after ``delayRetry``). Each probe has a new ``uuid``; an
+    answer must hold for two probes in a row (the route may still be on its way to Envoy at first).
+    """
+    h = conformance
+    await h.apply(f"case-{name}", route)
+    try:
+        h.check(RouteStatus(name))
+        async with httpx.AsyncClient(timeout=5) as client:
+            for path, code, after, want, delay in exchanges:
+                loop = asyncio.get_running_loop()
+                deadline, streak, got = loop.time() + 5, 0, None
+                while streak < 2:
+                    query = f"uuid={uuid.uuid4()}&responseCode={code}&succeedAfter={after}"
+                    query += f"&delayRetry={delay}" if delay else ""
+                    response = await client.get(h.url(Request(path=f"{path}?{query}")))
+                    got = response.status_code
+                    served_by_v3 = got != 200 or response.json()["service"] == V3
+                    streak = streak + 1 if got == want and served_by_v3 else 0
+                    assert loop.time() < deadline, (
+                        f"{path} with the backend failing {after} times with {code} (delay {delay or 0}): "
+                        f"got {got}, want {want}"
+                    )
+    finally:
+        await h.delete(f"case-{name}")
 
 
 WEBSOCKET_ROUTE = """

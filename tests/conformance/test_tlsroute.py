@@ -210,6 +210,139 @@ spec:
         ),
     ),
     Case(
+        "TLSRouteTerminateSimpleSameNamespace",
+        # Upstream's manifests: a TLS listener on 8443 in mode Terminate; the backend is a
+        # plaintext port, and answers the HTTP the client sent inside its TLS.
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-tlsroute-terminate, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  listeners:
+  - name: tlsterminate
+    port: 8443
+    protocol: TLS
+    hostname: tls.example.com
+    allowedRoutes: {namespaces: {from: Same}, kinds: [{kind: TLSRoute}]}
+    tls: {mode: Terminate, certificateRefs: [{name: tls-terminate-checks-certificate}]}
+"""
+        + tls_route(
+            "gateway-conformance-infra-test",
+            "gateway-tlsroute-terminate",
+            hostnames="tls.example.com",
+            backend="infra-backend-v2",
+            port=8080,
+        ),
+        statuses=(
+            RouteStatus(
+                "gateway-conformance-infra-test", kind="TLSRoute", gateway="gateway-tlsroute-terminate"
+            ),
+            GatewayStatus(
+                "gateway-tlsroute-terminate",
+                {"Accepted": "True", "Programmed": "True"},
+                listeners={
+                    "tlsterminate": ListenerStatus(
+                        {"Accepted": "True", "ResolvedRefs": "True", "Programmed": "True"},
+                        attached=1,
+                        only_kinds=("TLSRoute",),
+                    )
+                },
+            ),
+        ),
+        exchanges=(
+            Exchange(
+                Request(
+                    host="tls.example.com", scheme="https", port=8443, gateway="gateway-tlsroute-terminate"
+                ),
+                Expect(backend="infra-backend-v2", seen=Seen(sni="", host="tls.example.com")),
+            ),
+            # Another name: no listener serves it, the handshake fails.
+            Exchange(
+                Request(
+                    host="abc.example.com", scheme="https", port=8443, gateway="gateway-tlsroute-terminate"
+                ),
+                Expect(error=True),
+            ),
+        ),
+    ),
+    Case(
+        "TLSRouteMixedTerminationSameNamespace",
+        # Two TLS listeners on one port, told apart by SNI: tls.example.com terminated by the
+        # gateway (the backend gets plaintext), abc.example.com passed through (the backend
+        # ends the client's own TLS).
+        """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gateway-tlsroute-mixed-termination, namespace: gateway-conformance-infra}
+spec:
+  gatewayClassName: gateway-conformance
+  listeners:
+  - name: tls-terminate
+    port: 8883
+    protocol: TLS
+    hostname: tls.example.com
+    allowedRoutes: {namespaces: {from: Same}, kinds: [{kind: TLSRoute}]}
+    tls: {mode: Terminate, certificateRefs: [{name: tls-terminate-checks-certificate}]}
+  - name: tls-passthrough
+    port: 8883
+    protocol: TLS
+    hostname: abc.example.com
+    allowedRoutes: {namespaces: {from: Same}, kinds: [{kind: TLSRoute}]}
+    tls: {mode: Passthrough}
+"""
+        + tls_route("gateway-conformance-mixed-passthroughroute", "gateway-tlsroute-mixed-termination")
+        + tls_route(
+            "gateway-conformance-mixed-terminateroute",
+            "gateway-tlsroute-mixed-termination",
+            hostnames="tls.example.com",
+            backend="infra-backend-v1",
+            port=8080,
+        ),
+        statuses=(
+            RouteStatus(
+                "gateway-conformance-mixed-passthroughroute",
+                kind="TLSRoute",
+                gateway="gateway-tlsroute-mixed-termination",
+            ),
+            RouteStatus(
+                "gateway-conformance-mixed-terminateroute",
+                kind="TLSRoute",
+                gateway="gateway-tlsroute-mixed-termination",
+            ),
+            GatewayStatus(
+                "gateway-tlsroute-mixed-termination",
+                {"Accepted": "True", "Programmed": "True"},
+                listeners={
+                    name: ListenerStatus(
+                        {"Accepted": ("True", "Accepted")}, attached=1, only_kinds=("TLSRoute",)
+                    )
+                    for name in ("tls-terminate", "tls-passthrough")
+                },
+            ),
+        ),
+        exchanges=(
+            Exchange(
+                Request(
+                    host="tls.example.com",
+                    scheme="https",
+                    port=8883,
+                    gateway="gateway-tlsroute-mixed-termination",
+                ),
+                Expect(backend="infra-backend-v1", seen=Seen(sni="", host="tls.example.com")),
+            ),
+            Exchange(
+                Request(
+                    host="abc.example.com",
+                    scheme="https",
+                    port=8883,
+                    gateway="gateway-tlsroute-mixed-termination",
+                ),
+                through_to("tls-backend"),
+            ),
+        ),
+    ),
+    Case(
         "GatewayHTTPSAndTLSPassthroughSamePort",
         # One port, two listeners told apart by SNI: HTTPS terminated by the gateway for
         # example.org, TLS passed through for abc.example.com.

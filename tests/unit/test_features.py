@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from weir.api.gateway_v1 import GatewayClass
-from weir.features import PROFILES, SUPPORTED_FEATURES, feature_table
+from weir.features import OUTSIDE_PROFILES, PROFILES, SUPPORTED_FEATURES, feature_table
 from weir.resources import Resources
 from weir.translate import Settings, translate
 
@@ -53,6 +53,19 @@ def test_the_conformance_doc_table_is_generated_from_weir_features() -> None:
 def test_every_claimed_feature_is_in_a_profile_of_the_table() -> None:
     """A claim outside the table would be a feature the docs do not show (or a misspelt name)."""
     listed = {name for core, extended in PROFILES.values() for name in (*core, *extended)}
-    assert set(SUPPORTED_FEATURES) <= listed, set(SUPPORTED_FEATURES) - listed
+    assert set(SUPPORTED_FEATURES) <= listed | set(OUTSIDE_PROFILES), set(SUPPORTED_FEATURES) - listed
+    assert not listed & set(OUTSIDE_PROFILES), "a feature both in a profile and outside them"
     for core, extended in PROFILES.values():
         assert len(set(core + extended)) == len(core + extended), "a feature listed twice in a profile"
+
+
+def test_the_profiles_are_upstream_v161s() -> None:
+    """Counts of upstream v1.6.1's profiles (its conformance reports' supported + unsupported
+    features): 38 extended in GATEWAY-HTTP, 10 in GATEWAY-GRPC, 12 in GATEWAY-TLS."""
+    assert {name: len(extended) for name, (_, extended) in PROFILES.items()} == {
+        "GATEWAY-HTTP": 38,
+        "GATEWAY-GRPC": 10,
+        "GATEWAY-TLS": 12,
+        "GATEWAY-TCP": 0,
+        "GATEWAY-UDP": 0,
+    }

@@ -314,15 +314,14 @@ class FrontendTLSConfig(Model):
 
 
 class GatewayBackendTLS(Model):
-    """``spec.tls.backend`` (``GatewayBackendTLS`` upstream): validated as the CRD does, not used."""
+    """``spec.tls.backend``: the client certificate the Gateway presents when it connects to a
+    backend over TLS (one a BackendTLSPolicy makes TLS)."""
 
     client_certificate_ref: SecretObjectReference | None = None
 
 
 class GatewaySpecTLS(Model):
-    """``spec.tls`` (``GatewayTLSConfig`` upstream). ``backend`` (a client certificate the
-    Gateway presents to backends) is validated and not implemented: upstream clusters are
-    shared by every Gateway, so a per-Gateway client certificate has no place yet."""
+    """``spec.tls`` (``GatewayTLSConfig`` upstream)."""
 
     frontend: FrontendTLSConfig | None = None
     backend: GatewayBackendTLS | None = None

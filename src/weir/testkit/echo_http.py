@@ -25,7 +25,14 @@ Requests can steer the answer:
 
 - ``/status/NNN`` answers status ``NNN``;
 - a ``delay`` query parameter (``1s``, ``250ms``, ``0.5``) waits that long first;
-- ``X-Echo-Set-Header: Name: value, Other: value`` adds those response headers.
+- ``X-Echo-Set-Header: Name: value, Other: value`` adds those response headers;
+- ``uuid``, ``responseCode`` and ``succeedAfter`` query parameters (upstream
+  echo-basic's retry simulation): the first ``succeedAfter`` requests carrying
+  one ``uuid`` are answered ``responseCode`` (``responseCode=reset``: over
+  HTTP/1.x, the connection is closed without an answer; over HTTP/2, 502),
+  later ones as usual. The count is
+  shared by every echo server of the process, so a retry that lands on another
+  pod of the Service still counts (:func:`retry_simulation_status`).
 
 Every request is also recorded (:attr:`EchoHttpServer.requests`), WebSocket
 upgrades included, so a test can check what reached a backend whose answer
@@ -52,7 +59,15 @@ from weir.testkit._conn import StreamServer
 from weir.testkit._http import READ_SIZE, RawRequest, Reply, serve_h2, sniff_h2_preface
 from weir.testkit.websocket import PrefixedReader, accept_key, serve_echo
 
-__all__ = ["EchoHttpServer", "EchoIdentity", "EchoRequest", "TlsFacts", "describe", "parse_delay"]
+__all__ = [
+    "EchoHttpServer",
+    "EchoIdentity",
+    "EchoRequest",
+    "TlsFacts",
+    "describe",
+    "parse_delay",
+    "retry_simulation_status",
+]
 
 log = logging.getLogger(__name__)
 
@@ -143,15 +158,47 @@ _STATUS_PATH = re.compile(r"^/status/(\d{3})$")
 def parse_delay(target: str) -> float:
     """Seconds asked for by the ``delay`` query parameter of ``target`` (0 without one or if unreadable)."""
     values = parse_qs(urlsplit(target).query).get("delay")
-    if not values:
-        return 0.0
-    match = _DURATION.match(values[0])
+    return _duration(values[0]) if values else 0.0
+
+
+def _duration(text: str) -> float:
+    """Seconds of a duration such as ``1s``, ``250ms``, ``0.5`` (0 if unreadable), at most MAX_DELAY."""
+    match = _DURATION.match(text)
     if match is None:
         return 0.0
     number = float(match.group(1))
     unit = match.group(2) or "s"
     seconds = number / 1000 if unit == "ms" else number * 60 if unit == "m" else number
     return min(seconds, MAX_DELAY)
+
+
+#: The simulated status that closes an HTTP/1.x connection without answering (a connection error).
+RESET = 0
+
+#: ``uuid`` -> requests seen with it (see :func:`retry_simulation_status`); process-wide.
+_RETRY_COUNTS: dict[str, int] = {}
+
+
+def retry_simulation_status(target: str) -> tuple[int, float] | None:
+    """The status (and delay, in seconds) upstream's retry simulation asks of this request, or
+    ``None`` (answer as usual).
+
+    ``target`` carries ``uuid``, ``responseCode`` (a status, 200-599, or ``reset``: status
+    :data:`RESET`, the connection closed unanswered) and ``succeedAfter`` (a count): the first
+    ``succeedAfter`` requests with that ``uuid`` get ``responseCode``, each
+    after ``delayRetry`` (a duration, as ``delay`` reads them) when given. Anything missing or
+    unreadable turns the simulation off for the request.
+    """
+    query = parse_qs(urlsplit(target).query)
+    uuid, code, after = (query.get(name, [""])[0] for name in ("uuid", "responseCode", "succeedAfter"))
+    if code == "reset":
+        code = str(RESET)
+    if not uuid or not code.isdigit() or not after.isdigit() or not (200 <= int(code) <= 599 or code == "0"):
+        return None
+    seen = _RETRY_COUNTS[uuid] = _RETRY_COUNTS.get(uuid, 0) + 1
+    if seen > int(after):
+        return None
+    return int(code), _duration(query.get("delayRetry", [""])[0])
 
 
 def _echo_set_headers(request: EchoRequest) -> list[tuple[str, str]]:
@@ -298,6 +345,12 @@ class EchoHttpServer(StreamServer):
             status = int(match.group(1))
             if not 200 <= status <= 599:
                 status = 400
+        delay = parse_delay(raw.path)
+        simulated = retry_simulation_status(raw.path)
+        if simulated is not None:
+            status, delay = simulated
+            if status == RESET and raw.http_version == "2":
+                status = 502  # a stream of a shared HTTP/2 connection: answered, not dropped
         headers = [
             ("content-type", "application/json"),
             ("x-content-type-options", "nosniff"),
@@ -306,7 +359,7 @@ class EchoHttpServer(StreamServer):
         body = json.dumps(describe(self.identity, request), indent=1).encode()
         if raw.method == "HEAD" or status in (204, 304):
             body = b""
-        return Reply(status, headers, body, parse_delay(raw.path))
+        return Reply(status, headers, body, delay)
 
     async def _serve_h1(
         self,
@@ -375,6 +428,9 @@ class EchoHttpServer(StreamServer):
                     self._stats.websocket_frames += await serve_echo(PrefixedReader(rest, reader), writer)
                     return
                 reply = self._answer(raw, tls, remote)
+                if reply.status == RESET:
+                    writer.close()
+                    return
                 if reply.delay > 0:
                     await asyncio.sleep(reply.delay)
                 head = [(k, v) for k, v in reply.headers if k != "content-length"]

@@ -17,13 +17,14 @@ from typing import Any
 from weir import ir
 from weir.api.core_v1 import Pod, Service, ServicePort
 from weir.api.gateway_v1 import GROUP as GATEWAY_GROUP
-from weir.api.gateway_v1 import BackendRef
+from weir.api.gateway_v1 import BackendRef, Gateway
 from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.api.xbackend_v1alpha1 import XBackend
 from weir.resources import Resources
 from weir.translate import egress, tls
 from weir.translate import status as st
+from weir.translate.backendclientcert import gateway_client_certificate
 from weir.translate.backendtls import BackendTLSPolicies
 from weir.translate.credentials import CredentialPolicies
 from weir.translate.grants import reference_permitted
@@ -220,6 +221,22 @@ class BackendResolver:
             upstream_tls, secrets = applied.origination.tls, applied.origination.secrets
         app_protocol = port.app_protocol
         name = f"service/{namespace}/{ref.name}/{port.port}"
+        if upstream_tls is not None:
+            presented = self._gateway_client_certificates(gateways)
+            if len(presented) > 1:
+                named = ", ".join(sorted(f"{k.namespace}/{k.name}" for k in gateways))
+                return Resolved(
+                    None,
+                    unusable=f"Service {namespace}/{ref.name} is reached over TLS from Gateways ({named}) "
+                    "that present different client certificates (spec.tls.backend), and one request "
+                    "cannot carry both: attach the route to Gateways that present the same one",
+                )
+            if presented:
+                [cert] = presented
+                upstream_tls = dataclasses.replace(upstream_tls, client_certificate=cert.name)
+                secrets = (*secrets, cert)
+                # A cluster per presented certificate: clusters are shared by every Gateway.
+                name = f"{name}/client-{cert.name.rsplit('/', 1)[1]}"
         websocket = False
         if route_kind in RAW_ROUTE_KINDS:
             name, protocol = f"{name}/tcp", ir.UpstreamProtocol.TCP
@@ -258,6 +275,17 @@ class BackendResolver:
             retry_budget=traffic.retry_budget if traffic else None,
         )
         return Resolved(upstream, secrets, streaming=websocket, session=traffic.session if traffic else None)
+
+    def _gateway_client_certificates(self, gateways: set[ObjectKey]) -> list[ir.TlsCertificate]:
+        """The distinct client certificates ``gateways`` present to TLS backends (their
+        ``spec.tls.backend``; a reference that does not resolve presents none)."""
+        found: dict[str, ir.TlsCertificate] = {}
+        for key in sorted(gateways):
+            gw = self._resources.get(Gateway, key.namespace, key.name)
+            cert = gateway_client_certificate(self._resources, gw) if gw is not None else None
+            if isinstance(cert, ir.TlsCertificate):
+                found[cert.name] = cert
+        return list(found.values())
 
     # ------------------------------------------------------------ XBackends
 

@@ -14,8 +14,9 @@ from weir.api.gateway_v1_listenerset import ListenerSet
 from weir.api.meta import KubeObject, ObjectKey
 from weir.features import SUPPORTED_FEATURES
 from weir.resources import Resources
-from weir.translate import frontendtls
+from weir.translate import frontendtls, tls
 from weir.translate import status as st
+from weir.translate.backendclientcert import gateway_client_certificate
 from weir.translate.certificates import CertificateProblem, listener_certificates
 from weir.translate.egress import class_config
 from weir.translate.frontendtls import ClientCAProblem, ClientValidation
@@ -170,6 +171,8 @@ class GatewayContext:
     published: tuple[tuple[str, str], ...] | None = None
     #: Every ListenerSet naming this Gateway, oldest first (attached or refused).
     listener_sets: list[ListenerSetContext] = field(default_factory=list)
+    #: The Gateway's own ``ResolvedRefs``, when it has references of its own (``spec.tls.backend``).
+    resolved_refs: st.Condition | None = None
 
     @property
     def own_listeners(self) -> list[ListenerContext]:
@@ -577,12 +580,19 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
         return ctx
     addresses: list[str] = []
     unsupported: list[str] = []
+    # An IPAddress without a value asks weir to choose one (GatewayAddressEmpty): the address
+    # a Gateway without spec.addresses gets. It cannot be added to addresses that are given.
+    chosen = [a for a in gw.spec.addresses if a.type == "IPAddress" and a.value is None]
+    if chosen and len(chosen) < len(gw.spec.addresses):
+        unsupported.append(
+            "IPAddress without a value next to addresses with one (weir assigns the one default "
+            "address only to a Gateway that names none: give every address a value, or none)"
+        )
     for addr in gw.spec.addresses:
         if addr.type != "IPAddress":
             unsupported.append(f"{addr.type} {addr.value!r}")
             continue
         if addr.value is None:
-            unsupported.append("IPAddress without a value (weir does not assign addresses: give one)")
             continue
         try:
             addresses.append(str(ipaddress.ip_address(addr.value)))
@@ -601,6 +611,16 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
         )
         return ctx
     ctx.addresses = tuple(addresses) or (settings.bind_address,)
+    client_cert = gateway_client_certificate(resources, gw)
+    if isinstance(client_cert, tls.TlsProblem):
+        reason = client_cert.resolved_reason or st.R_INVALID_CLIENT_CERTIFICATE_REF
+        message = (
+            f"spec.tls.backend: {client_cert.message}; TLS backends are reached without a client certificate"
+        )
+        ctx.resolved_refs = st.condition(st.RESOLVED_REFS, False, reason, message, gen)
+    elif client_cert is not None:
+        message = "spec.tls.backend.clientCertificateRef resolved; it is presented to TLS backends"
+        ctx.resolved_refs = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, message, gen)
     if not addresses:
         ctx.published = published_addresses(resources, settings)
     for spec in gw.spec.listeners:
@@ -757,6 +777,8 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
             )
         )
     listeners = _listener_entries(ctx.own_listeners, gen)
+    if ctx.resolved_refs is not None:
+        conditions.append(ctx.resolved_refs)
     if frontendtls.insecure_fallback(ctx.gateway):
         conditions.append(
             st.condition(

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from weir import ir
-from weir.api.gateway_v1 import ObjectReference
+from weir.api.gateway_v1 import ObjectReference, SecretObjectReference
 from weir.api.xbackend_v1alpha1 import CACertificateRef, ClientCertificateRef, TLSValidation
 from weir.resources import Resources
 from weir.translate import status as st
@@ -167,7 +167,7 @@ def client_certificate(
     from_kind: str,
     from_group: str,
     namespace: str,
-    ref: ClientCertificateRef,
+    ref: ClientCertificateRef | SecretObjectReference,
     secret_prefix: str,
 ) -> ir.TlsCertificate | TlsProblem:
     """The ``kubernetes.io/tls`` Secret ``ref`` as a certificate to present to the upstream."""

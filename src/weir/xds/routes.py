@@ -428,9 +428,11 @@ def _redirect(name: str, redirect: ir.Redirect, match: ir.RouteMatch) -> Any:
 # --------------------------------------------------------------------------
 
 
-#: What is retried besides the status codes: failures before the upstream
-#: could process the request (never a reset after it was sent).
-RETRY_ON = ("connect-failure", "refused-stream", "reset-before-request")
+#: What is retried besides the status codes: connection errors (refused, reset,
+#: disconnected) and, through ``reset``, an attempt cut by the per-try timeout
+#: (``backendRequest``). Gateway API v1.6 asks for both once ``retry`` is set
+#: (features HTTPRouteRetryConnectionError and HTTPRouteRetryBackendTimeout).
+RETRY_ON = ("connect-failure", "refused-stream", "reset")
 
 
 def _retry_policy(retry: ir.Retry | None, per_try_ms: int) -> Any:
