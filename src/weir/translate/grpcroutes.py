@@ -222,7 +222,7 @@ def translate_grpc_routes(
             attachments.extend(found)
             parents.append((ref, accepted))
         if not parents:
-            stale = st.parents_status(route.status, controller_name, [])
+            stale = st.parents_status(route.status, controller_name, [], interner=resolver.interner)
             if stale is not None:  # weir's entries for Gateways the route no longer names
                 statuses[route.key] = stale
             continue
@@ -237,7 +237,9 @@ def translate_grpc_routes(
         ours = [
             route_parent_entry(route, ref, controller_name, accepted, failure) for ref, accepted in parents
         ]
-        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
+        statuses[route.key] = st.parents_status(
+            route.status, controller_name, ours, interner=resolver.interner
+        ) or {"parents": []}
     return statuses
 
 

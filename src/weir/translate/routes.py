@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from weir import ir
@@ -152,8 +152,13 @@ def http_route_unit(
         parents.append((ref, accepted))
     if not parents:
         # weir's entries for Gateways the route no longer names
-        return RouteUnit(route.key, st.parents_status(route.status, controller_name, []))
-    gateways_used = _one_set(frozenset(a.listener.gateway.key for a in attachments))
+        return RouteUnit(
+            route.key, st.parents_status(route.status, controller_name, [], interner=resolver.interner)
+        )
+    # The routes of one Gateway share one set (a set costs 216 bytes).
+    gateways_used: frozenset[ObjectKey] = resolver.interner.one_of(
+        frozenset(a.listener.gateway.key for a in attachments)
+    )
     table = RouteTable()
     resolved = _resolve_rules(route, resolver, set(gateways_used), table, request_timeout_ms)
     attached: dict[int, ListenerContext] = {}
@@ -167,7 +172,8 @@ def http_route_unit(
     ]
     return RouteUnit(
         key=route.key,
-        status=st.parents_status(route.status, controller_name, ours) or {"parents": []},
+        status=st.parents_status(route.status, controller_name, ours, interner=resolver.interner)
+        or {"parents": []},
         placements=tuple(placements),
         attached=tuple(attached.values()),
         gateways=gateways_used,
@@ -176,12 +182,6 @@ def http_route_unit(
         reads=resolved.reads,
         uses=resolved.uses,
     )
-
-
-@functools.lru_cache(maxsize=256)
-def _one_set(keys: frozenset[ObjectKey]) -> frozenset[ObjectKey]:
-    """The first set equal to ``keys``: the routes of one Gateway share one (a set costs 216 bytes)."""
-    return keys
 
 
 def place_unit(unit: RouteUnit, table: RouteTable) -> None:
@@ -634,7 +634,7 @@ def _match(match: HTTPRouteMatch) -> ir.RouteMatch:
 #: prefix paths, as Envoy Gateway does: a regular expression is usually
 #: written to carve specific paths out of a prefix, which it could not do
 #: after a ``/`` prefix.
-_PATH_ORDER = {"Exact": 0, "RegularExpression": 1, "PathPrefix": 2}
+_PATH_ORDER = MappingProxyType({"Exact": 0, "RegularExpression": 1, "PathPrefix": 2})
 
 
 def _precedence(match: HTTPRouteMatch) -> SortKey:
@@ -676,11 +676,13 @@ def route_parent_entry(
     controller_name: str,
     accepted: st.Condition,
     failure: RefFailure | None,
-) -> dict[str, Any]:
+) -> st.ParentStatus:
     """One ``status.parents`` entry of a route: ``accepted`` for this parent, and the route's ResolvedRefs."""
     gen = route.metadata.generation
     if failure is not None:
         resolved = st.condition(st.RESOLVED_REFS, False, failure.reason, failure.message, gen)
     else:
         resolved = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved", gen)
-    return st.parent_entry(parent_ref_data(ref, route.namespace), controller_name, [accepted, resolved])
+    return st.ParentStatus(
+        st.ref_of(parent_ref_data(ref, route.namespace)), controller_name, (accepted, resolved)
+    )

@@ -16,6 +16,7 @@ the connections instead.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +113,7 @@ def _translate(
             accepted, listeners = _attach(resources, route, ref, ctx, gw_key)
             parents.append(_Parent(ref, accepted, listeners))
         if not parents:
-            stale = st.parents_status(route.status, controller_name, [])
+            stale = st.parents_status(route.status, controller_name, [], interner=resolver.interner)
             if stale is not None:  # weir's entries for Gateways the route no longer names
                 statuses[route.key] = stale
             continue
@@ -144,9 +145,11 @@ def _translate(
             accepted = parent.accepted
             shadowed = [(lc, winners[id(lc)]) for lc in parent.listeners if winners[id(lc)] is not entry]
             if shadowed:
-                accepted = {**accepted, "message": _shadowed_message(shadowed)}
+                accepted = dataclasses.replace(accepted, message=_shadowed_message(shadowed))
             ours.append(route_parent_entry(route, parent.ref, controller_name, accepted, entry.failure))
-        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
+        statuses[route.key] = st.parents_status(
+            route.status, controller_name, ours, interner=resolver.interner
+        ) or {"parents": []}
     return statuses
 
 

@@ -18,6 +18,7 @@ connections is closed and the route's ``ResolvedRefs`` says why. In mode
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +94,7 @@ def translate_tls_routes(
             accepted, attachments = _attach(resources, route, ref, ctx, gw_key)
             parents.append(_Parent(ref, accepted, attachments))
         if not parents:
-            stale = st.parents_status(route.status, controller_name, [])
+            stale = st.parents_status(route.status, controller_name, [], interner=resolver.interner)
             if stale is not None:  # weir's entries for Gateways the route no longer names
                 statuses[route.key] = stale
             continue
@@ -130,9 +131,11 @@ def translate_tls_routes(
                 if winners[(id(att.listener), name)] is not entry
             ]
             if shadowed:
-                accepted = {**accepted, "message": _shadowed_message(shadowed)}
+                accepted = dataclasses.replace(accepted, message=_shadowed_message(shadowed))
             ours.append(route_parent_entry(route, parent.ref, controller_name, accepted, entry.failure))
-        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
+        statuses[route.key] = st.parents_status(
+            route.status, controller_name, ours, interner=resolver.interner
+        ) or {"parents": []}
     return statuses
 
 
