@@ -29,7 +29,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from weir import ir
-from weir.xds import mcp, redirect_host, session
+from weir.xds import mcp
 from weir.xds.common import (
     CORS_FILTER,
     MIRROR_CLUSTER_HEADER,
@@ -42,6 +42,7 @@ from weir.xds.common import (
     tunnel_authority,
     upstream_of,
 )
+from weir.xds.filters import redirect_host, session
 
 #: Upstream protocols no HTTP route may send to, as error messages name them.
 _NOT_HTTP = {ir.UpstreamProtocol.TCP: "raw TCP", ir.UpstreamProtocol.UDP: "UDP"}
@@ -83,7 +84,7 @@ _CONFIGURATION_SETTINGS: dict[str, Any] = {
     "validate_clusters": wrappers_pb2.BoolValue(value=False),
     # Virtual host domains carry no port: ``Host: a.example:8080`` picks ``a.example``, and the
     # backend receives the Host as the client sent it (Gateway API hostname intersection).
-    # Redirects drop the Host's port (weir.xds.redirect_host).
+    # Redirects drop the Host's port (weir.xds.filters.redirect_host).
     "ignore_port_in_host_matching": True,
 }
 
@@ -400,7 +401,7 @@ _REDIRECT_CODES = {
 
 def _redirect(name: str, redirect: ir.Redirect, match: ir.RouteMatch) -> Any:
     """A redirect. With no port of its own, Envoy writes the Host header's, which the
-    route's redirect-host filter has removed (:mod:`weir.xds.redirect_host`): ``None`` writes none."""
+    route's redirect-host filter has removed (:mod:`weir.xds.filters.redirect_host`): ``None`` writes none."""
     if redirect.status not in _REDIRECT_CODES:
         raise ValueError(f"route {name!r}: redirect status {redirect.status}")
     out = route_components_pb2.RedirectAction(response_code=_REDIRECT_CODES[redirect.status])

@@ -26,6 +26,7 @@ from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from weir.xds.common import pack
+from weir.xds.filters import HttpFilterModule
 
 #: The filter's name on the connection manager, and the key of its per-route configuration.
 REDIRECT_HOST_FILTER = "envoy.filters.http.lua.redirect_host"
@@ -57,3 +58,7 @@ def http_filter() -> Any:
 def per_route_config() -> Any:
     """What a redirect route puts under :data:`REDIRECT_HOST_FILTER` to enable the filter."""
     return pack(route_components_pb2.FilterConfig(config=pack(lua_pb2.LuaPerRoute(name=_SOURCE))))
+
+
+#: Before the router, which builds ``Location`` from the Host it leaves.
+FILTER = HttpFilterModule(REDIRECT_HOST_FILTER, 300, lambda needs: [http_filter()])

@@ -24,6 +24,7 @@ from google.protobuf import duration_pb2
 
 from weir import ir
 from weir.xds.common import pack
+from weir.xds.filters import HttpFilterModule
 
 #: The filter's name on the connection manager, and the key of its per-route configuration.
 SESSION_FILTER = "envoy.filters.http.stateful_session"
@@ -55,3 +56,7 @@ def per_route_config(session: ir.SessionAffinity) -> Any:
         stateful_session=stateful_session_pb2.StatefulSession(session_state=state, strict=False)
     )
     return pack(route_components_pb2.FilterConfig(config=pack(per_route)))
+
+
+#: Before the router, which picks the session's endpoint.
+FILTER = HttpFilterModule(SESSION_FILTER, 400, lambda needs: [http_filter()])
