@@ -10,9 +10,11 @@ disabled, and the routes that need one enable it by name in their
 routes, not the listener); a filter that should only be present when routes
 use it says so from :class:`ChainNeeds`.
 
-Adding a route filter: a module here (its ``FILTER`` and the per-route
-configuration :mod:`weir.xds.routes` writes), nothing in
-:mod:`weir.xds.listeners`.
+Adding a route filter: one module here, with its ``FILTER`` and its
+per-route configuration (``per_route``, which :mod:`weir.xds.routes` writes
+into each route); nothing in :mod:`weir.xds.listeners` or
+:mod:`weir.xds.routes`. (The MCP tool policy's per-route configuration
+depends on the upstreams and stays in :mod:`weir.xds.mcp`.)
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from weir import ir
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,10 @@ def _none(needs: ChainNeeds) -> Sequence[Any]:
     return ()
 
 
+def _no_route_config(route: ir.Route) -> Any | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class HttpFilterModule:
     """One filter module's part of the connection manager.
@@ -52,6 +60,8 @@ class HttpFilterModule:
     http_filters: Callable[[ChainNeeds], Sequence[Any]]
     access_logs: Callable[[ChainNeeds], Sequence[Any]] = _none
     local_reply_mappers: Callable[[ChainNeeds], Sequence[Any]] = _none
+    #: What a route puts under ``name`` in its ``typed_per_filter_config`` (``None``: nothing).
+    per_route: Callable[[ir.Route], Any | None] = _no_route_config
 
 
 def _discover() -> tuple[HttpFilterModule, ...]:
@@ -85,3 +95,9 @@ def access_logs(needs: ChainNeeds) -> list[Any]:
 def local_reply_mappers(needs: ChainNeeds) -> list[Any]:
     """The local-reply mappers the filter modules add (after weir's own)."""
     return [m for module in REGISTRY for m in module.local_reply_mappers(needs)]
+
+
+def per_route_configs(route: ir.Route) -> list[tuple[str, Any]]:
+    """``(filter name, packed configuration)`` for each filter ``route`` configures, in chain order."""
+    found = ((module.name, module.per_route(route)) for module in REGISTRY)
+    return [(name, config) for name, config in found if config is not None]

@@ -58,5 +58,13 @@ def per_route_config(session: ir.SessionAffinity) -> Any:
     return pack(route_components_pb2.FilterConfig(config=pack(per_route)))
 
 
+def per_route(route: ir.Route) -> Any | None:
+    """What a route with a session puts under :data:`SESSION_FILTER`, or ``None``."""
+    action = route.action
+    if not isinstance(action, ir.Forward) or action.session is None:
+        return None
+    return per_route_config(action.session)
+
+
 #: Before the router, which picks the session's endpoint.
-FILTER = HttpFilterModule(SESSION_FILTER, 400, lambda needs: [http_filter()])
+FILTER = HttpFilterModule(SESSION_FILTER, 400, lambda needs: [http_filter()], per_route=per_route)
