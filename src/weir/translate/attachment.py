@@ -86,6 +86,18 @@ def route_parents(
     return parents
 
 
+def count_attached(parents: Iterable[RouteParent]) -> None:
+    """Count the route once in the ``attachedRoutes`` of each listener it attached to."""
+    for listener in {id(a.listener): a.listener for p in parents for a in p.attachments}.values():
+        listener.attached += 1
+
+
+def route_precedence(route: KubeObject) -> tuple[str, str, str]:
+    """The Gateway API's order among routes that claim the same thing: the oldest (creation time),
+    then by namespace and name."""
+    return (route.metadata.creation_timestamp or "", route.namespace, route.name)
+
+
 def route_status(
     route: KubeObject,
     controller_name: str,

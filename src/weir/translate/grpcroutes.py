@@ -67,11 +67,13 @@ from weir.translate.attachment import (
     Attachment,
     RouteTable,
     attach,
+    count_attached,
     intersect_hostnames,
     parent_index,
     parent_refs,
     route_parent_entry,
     route_parents,
+    route_precedence,
     route_status,
 )
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
@@ -188,7 +190,7 @@ def _overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 
 
 def _age(route: HTTPRoute | GRPCRoute) -> tuple[str, str, str]:
-    return (route.metadata.creation_timestamp or "", route.namespace, route.name)
+    return route_precedence(route)
 
 
 # ------------------------------------------------------------------ translation
@@ -220,11 +222,8 @@ def translate_grpc_routes(
             continue
         gateways_used = {a.listener.gateway.key for a in attachments}
         rules, failure = _resolve_rules(route, resolver, gateways_used, table)
-        counted: set[int] = set()
+        count_attached(parents)
         for att in attachments:
-            if id(att.listener) not in counted:
-                counted.add(id(att.listener))
-                att.listener.attached += 1
             _add_routes(route, att, rules)
         ours = [route_parent_entry(route, p.ref, controller_name, p.accepted, failure) for p in parents]
         statuses[route.key] = route_status(route, controller_name, ours, resolver.interner) or {"parents": []}

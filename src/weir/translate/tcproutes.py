@@ -30,9 +30,11 @@ from weir.resources import Resources
 from weir.translate.attachment import (
     RouteParent,
     RouteTable,
+    count_attached,
     parent_index,
     route_parent_entry,
     route_parents,
+    route_precedence,
     route_status,
 )
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
@@ -51,7 +53,7 @@ class _Route:
 
     @property
     def precedence(self) -> tuple[str, str, str]:
-        return (self.route.metadata.creation_timestamp or "", self.route.namespace, self.route.name)
+        return route_precedence(self.route)
 
 
 def translate_tcp_routes(
@@ -115,12 +117,9 @@ def _translate(
             for lc in parent.listeners:
                 winners.setdefault(id(lc), entry)
     for entry in routes:
-        counted: set[int] = set()
+        count_attached(entry.parents)
         for parent in entry.parents:
             for lc in parent.listeners:
-                if id(lc) not in counted:
-                    counted.add(id(lc))
-                    lc.attached += 1
                 if winners[id(lc)] is entry:
                     for socket in lc.sockets:
                         forwarding[socket] = entry.backends

@@ -30,9 +30,11 @@ from weir.translate import status as st
 from weir.translate.attachment import (
     RouteParent,
     RouteTable,
+    count_attached,
     parent_index,
     route_parent_entry,
     route_parents,
+    route_precedence,
     route_status,
 )
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
@@ -54,7 +56,7 @@ class _Route:
 
     @property
     def precedence(self) -> tuple[str, str, str]:
-        return (self.route.metadata.creation_timestamp or "", self.route.namespace, self.route.name)
+        return route_precedence(self.route)
 
 
 def translate_tls_routes(
@@ -94,12 +96,7 @@ def translate_tls_routes(
                         lc = att.listener
                         lc.relays[name] = entry.backends if lc.terminates_tls else entry.passthrough_backends
     for entry in routes:
-        counted: set[int] = set()
-        for parent in entry.parents:
-            for att in parent.attachments:
-                if id(att.listener) not in counted:
-                    counted.add(id(att.listener))
-                    att.listener.attached += 1
+        count_attached(entry.parents)
 
     for entry in routes:
         route = entry.route
