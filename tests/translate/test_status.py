@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from unit_manifests import GATEWAY
 
+from unit_manifests import GATEWAY
 from weir.api.meta import ObjectKey
 from weir.loader import load_text
 from weir.resources import Resources

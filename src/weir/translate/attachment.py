@@ -86,6 +86,11 @@ def route_parents(
     return parents
 
 
+def unservable(problems: Sequence[str]) -> str | None:
+    """A kind's ``unsupported`` message from the problems found in a route (``None``: none)."""
+    return "weir cannot serve this route: " + "; ".join(problems) if problems else None
+
+
 def count_attached(parents: Iterable[RouteParent]) -> None:
     """Count the route once in the ``attachedRoutes`` of each listener it attached to."""
     for listener in {id(a.listener): a.listener for p in parents for a in p.attachments}.values():

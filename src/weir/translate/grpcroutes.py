@@ -75,6 +75,7 @@ from weir.translate.attachment import (
     route_parents,
     route_precedence,
     route_status,
+    unservable,
 )
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext
@@ -273,8 +274,7 @@ class GrpcRouteKind:
     by_hostname = True
 
     def unsupported(self, route: GRPCRoute) -> str | None:
-        found = _problems(route)
-        return "weir cannot serve this route: " + "; ".join(found) if found else None
+        return unservable(_problems(route))
 
 
 GRPC_KIND = GrpcRouteKind()

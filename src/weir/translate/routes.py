@@ -29,6 +29,7 @@ from weir.translate.attachment import (
     route_parent_entry,
     route_parents,
     route_status,
+    unservable,
 )
 from weir.translate.attachment import parent_index as parent_index  # incremental imports it from here
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
@@ -169,8 +170,7 @@ class HttpRouteKind:
     by_hostname = True
 
     def unsupported(self, route: HTTPRoute) -> str | None:
-        found = unsupported_fields(route)
-        return "weir cannot serve this route: " + "; ".join(found) if found else None
+        return unservable(unsupported_fields(route))
 
 
 HTTP_KIND = HttpRouteKind()
