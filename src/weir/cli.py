@@ -658,7 +658,7 @@ def _dump(data: Any, output: str) -> None:
 class _PlainDumper(yaml.SafeDumper):
     """YAML for people: a value that appears twice is written out twice.
 
-    Statuses share equal parts (weir.translate.status.condition, the status
+    Statuses share equal parts (weir.translate.status.StatusInterner, the status
     store); PyYAML would write those as ``&id001`` anchors and ``*id001``
     aliases, which nobody reading ``weir translate`` wants to follow.
     """

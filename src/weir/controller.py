@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -432,12 +432,10 @@ class Controller:
                 self._settle.set()
 
     async def _settle_once(self) -> None:
-        if self._ads is not None:
-            # Status waits for the push, never the other way round: the ADS stream sends a push
-            # one response at a time on this event loop (see AdsServer.flushed).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_FLUSH_WAIT_S):
-                    await self._ads.flushed()
+        """Judge the configuration being served from what the data plane reported, in steps: Envoy's
+        answer (ACK/NACK), the sockets it serves, the resulting :class:`DataPlaneState`, the statuses
+        published from it, then what an ACK allows (heap refreeze, retiring clusters)."""
+        await self._wait_for_push()
         current = self._current
         if current.translation is None or current.snapshot is None or self._ads is None:
             return
@@ -451,23 +449,7 @@ class Controller:
             rejection = result.message or "rejected without a message"
         envoy_up = self._envoy_up()
         listeners = current.translation.ir.listeners
-        bound: set[tuple[str, int]] = set()
-        if envoy_up and (accepted or rejection):
-            # A TCP or TLS listener is not probed by connecting: Envoy could open
-            # a connection to its backend for each probe. Envoy's list of active
-            # listeners says whether it serves one (a socket that cannot be
-            # bound makes Envoy reject the listener instead).
-            ready = self._envoys.ready_one() if self._envoys is not None else None
-            active: set[str] = set()
-            if ready is not None and any(_is_tcp(lst) for lst in listeners):
-                active = await envoy_watch.active_listeners(ready.admin)
-            for listener in listeners:
-                if _is_tcp(listener):
-                    ok = listener.name in active
-                else:
-                    ok = await listener_bound(listener.address, listener.port)
-                if ok:
-                    bound.add((listener.address, listener.port))
+        bound = await self._bound_sockets(listeners) if envoy_up and (accepted or rejection) else set()
         if current.snapshot is not snapshot:
             # A change was served while the probes awaited: Envoy's answer above is not about it,
             # and crediting it would publish the change as accepted before Envoy has it. The
@@ -490,46 +472,92 @@ class Controller:
             bound=frozenset(bound),
             retrying=retrying,
         )
+        self._record_state(current, state)
+        self._publish_statuses(current, state)
+        if state.accepted:
+            self._after_ack()
+
+    async def _wait_for_push(self) -> None:
+        if self._ads is not None:
+            # Status waits for the push, never the other way round: the ADS stream sends a push
+            # one response at a time on this event loop (see AdsServer.flushed).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_FLUSH_WAIT_S):
+                    await self._ads.flushed()
+
+    async def _bound_sockets(self, listeners: Sequence[ir.AnyListener]) -> set[tuple[str, int]]:
+        """The ``(address, port)`` of ``listeners`` that Envoy is serving.
+
+        A TCP or TLS listener is not probed by connecting: Envoy could open a
+        connection to its backend for each probe. Envoy's list of active
+        listeners says whether it serves one (a socket that cannot be bound
+        makes Envoy reject the listener instead).
+        """
+        bound: set[tuple[str, int]] = set()
+        ready = self._envoys.ready_one() if self._envoys is not None else None
+        active: set[str] = set()
+        if ready is not None and any(_is_tcp(lst) for lst in listeners):
+            active = await envoy_watch.active_listeners(ready.admin)
+        for listener in listeners:
+            if _is_tcp(listener):
+                ok = listener.name in active
+            else:
+                ok = await listener_bound(listener.address, listener.port)
+            if ok:
+                bound.add((listener.address, listener.port))
+        return bound
+
+    def _record_state(self, current: _Current, state: DataPlaneState) -> None:
+        """Keep ``state`` as the served configuration's; log a new rejection; set :attr:`ready` once
+        the configuration is accepted and every listener bound."""
+        assert current.snapshot is not None and current.translation is not None
         previously = current.state
         current.state = state
         if state.rejection and state.rejection != previously.rejection:
             log.error("Envoy rejected configuration %s: %s", current.snapshot.version, state.rejection)
         wanted = {(lst.address, lst.port) for lst in current.translation.ir.listeners}
-        if state.accepted and bound >= wanted and not self.ready.is_set():
+        if state.accepted and state.bound >= wanted and not self.ready.is_set():
             log.info(
                 "configuration %s programmed %.0f ms after it was served",
                 current.snapshot.version,
                 (time.monotonic() - current.served_at) * 1000,
             )
             self.ready.set()
-        # Settling runs every 0.1 s while Envoy has not answered: publish only what can differ.
+
+    def _publish_statuses(self, current: _Current, state: DataPlaneState) -> None:
+        """Publish the translation's statuses settled by ``state`` (and write them through the
+        provider); settling runs every 0.1 s while Envoy has not answered: only what can differ."""
+        assert current.translation is not None
         last = self._published
-        if last is None or last[0] is not current.translation or last[1] != state:
-            statuses = apply_data_plane(
-                current.translation.statuses, current.translation.gateway_sockets, state
-            )
-            started = time.perf_counter()
-            changed = self._store.publish(statuses)
-            log.debug(
-                "published %d statuses (%d changed) in %.1f ms",
-                len(statuses),
-                len(changed),
-                (time.perf_counter() - started) * 1000,
-            )
-            self._published = (current.translation, state)
-            if isinstance(self._provider, StatusSink):
-                self._provider.write_status(self._store.current)
+        if last is not None and last[0] is current.translation and last[1] == state:
+            return
+        statuses = apply_data_plane(current.translation.statuses, current.translation.gateway_sockets, state)
+        started = time.perf_counter()
+        changed = self._store.publish(statuses)
+        log.debug(
+            "published %d statuses (%d changed) in %.1f ms",
+            len(statuses),
+            len(changed),
+            (time.perf_counter() - started) * 1000,
+        )
+        self._published = (current.translation, state)
+        if isinstance(self._provider, StatusSink):
+            self._provider.write_status(self._store.current)
+
+    def _after_ack(self) -> None:
+        """What an ACK allows: refreeze a heap that doubled, return freed memory, retire the clusters
+        and secrets no route uses any more."""
         baseline = self._frozen_baseline
         # The heap's size, not the frozen count: gc.get_freeze_count() walks every frozen object
         # (0.1 s at 10,000 routes), sys.getallocatedblocks() the allocator's pools (1 ms).
-        if state.accepted and baseline is not None and sys.getallocatedblocks() > 2 * baseline:
+        if baseline is not None and sys.getallocatedblocks() > 2 * baseline:
             self._frozen_baseline = _refreeze_heap()
             self._trim_pending = True
-        if state.accepted and self._trim_pending:
+        if self._trim_pending:
             # After the ACK: the push's serialised responses have been sent and dropped by then.
             self._trim_pending = False
             return_free_memory("a big configuration change")
-        if state.accepted and self._desired is not None and self._serve(self._desired, retiring=True):
+        if self._desired is not None and self._serve(self._desired, retiring=True):
             log.debug("retired clusters and secrets no route uses any more")
 
     def _retry_rejected(self) -> None:

@@ -64,6 +64,7 @@ from typing import Any, Literal, cast
 import httpx
 import yaml
 
+from echo_grpc import GrpcEchoServer
 from weir.controller import Controller, Options
 from weir.providers.files.provider import FilesProvider, Snapshot
 from weir.testkit import (
@@ -71,7 +72,6 @@ from weir.testkit import (
     EchoHttpServer,
     EchoIdentity,
     EchoRequest,
-    GrpcEchoServer,
     IssuedCert,
     client_ssl_context,
     make_ca,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from weir.testkit import grpc_echo
+from echo_grpc import grpc_echo
 
 from .harness import Case, Conformance, GatewayStatus, ListenerStatus, RouteStatus, ok
 

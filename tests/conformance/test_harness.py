@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from echo_grpc import GrpcEchoServer, grpc_echo
 from weir.api.core_v1 import ConfigMap
 from weir.api.meta import ObjectKey
 from weir.providers.files.provider import FilesProvider, Snapshot
@@ -18,12 +19,10 @@ from weir.resources import Resources
 from weir.testkit import (
     EchoHttpServer,
     EchoIdentity,
-    GrpcEchoServer,
     NonLoopbackAddressError,
     WebSocketClient,
     WebSocketHandshakeError,
     client_ssl_context,
-    grpc_echo,
     make_ca,
     server_ssl_context,
 )

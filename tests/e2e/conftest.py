@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from weir.testkit import DnsStub
 
 
 @pytest.fixture
@@ -24,3 +26,10 @@ def short_tmp() -> Iterator[Path]:
 def unix_socket_path(short_tmp: Path) -> str:
     """A path for a unix socket in a private temporary folder."""
     return str(short_tmp / "xds.sock")
+
+
+@pytest.fixture
+async def dns() -> AsyncIterator[DnsStub]:
+    """A DNS stub on loopback with an empty table (a test file may override it with its own)."""
+    async with DnsStub() as stub:
+        yield stub

@@ -42,12 +42,6 @@ GUARD_POLICY = f"rbac_access_denied_matched_policy[weir-denied-network:{FORBIDDE
 
 
 @pytest.fixture
-async def dns() -> AsyncIterator[DnsStub]:
-    async with DnsStub() as stub:
-        yield stub
-
-
-@pytest.fixture
 def folder(tmp_path: Path) -> Path:
     path = tmp_path / "manifests"
     path.mkdir()

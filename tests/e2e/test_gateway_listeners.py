@@ -24,10 +24,10 @@ import pytest
 from cryptography import x509
 from weir_harness import Weir, eventually, stopped_after
 
+from echo_tcp import EchoServer
 from weir.testkit import (
     CertAuthority,
     DnsStub,
-    EchoServer,
     IssuedCert,
     RecordingUpstream,
     client_ssl_context,
@@ -39,12 +39,6 @@ from weir.testkit import (
 pytestmark = pytest.mark.timeout(90)
 
 XB = "gateway.networking.x-k8s.io"
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsStub]:
-    async with DnsStub() as stub:
-        yield stub
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ import pytest_asyncio
 import yaml
 from weir_harness import GATEWAY_HEAD, Weir, eventually, pid_alive
 
-from weir.testkit import EchoIdentity, GrpcEchoServer, free_port, grpc_echo
-from weir.testkit.echo_grpc import SERVICE
+from echo_grpc import SERVICE, GrpcEchoServer, grpc_echo
+from weir.testkit import EchoIdentity, free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

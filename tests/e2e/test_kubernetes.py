@@ -231,12 +231,6 @@ def api() -> Iterator[ApiServerDouble]:
 
 
 @pytest.fixture
-async def dns() -> AsyncIterator[DnsStub]:
-    async with DnsStub() as stub:
-        yield stub
-
-
-@pytest.fixture
 def ca() -> CertAuthority:
     return make_ca("kubernetes e2e CA")
 

@@ -50,12 +50,6 @@ Series = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @pytest.fixture
-async def dns() -> AsyncIterator[DnsStub]:
-    async with DnsStub() as stub:
-        yield stub
-
-
-@pytest.fixture
 async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
     folder = tmp_path / "manifests"
     folder.mkdir()

@@ -44,12 +44,6 @@ API_HOST = "api.example.test"
 
 
 @pytest.fixture
-async def dns() -> AsyncIterator[DnsStub]:
-    async with DnsStub() as stub:
-        yield stub
-
-
-@pytest.fixture
 def ca() -> CertAuthority:
     return make_ca("e2e CA")
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from weir_harness import FORBIDDEN_IP, Weir, eventually, indent_pem, pid_alive
 
-from weir.testkit import DnsStub, EchoServer, free_port, make_ca, server_ssl_context
+from echo_tcp import EchoServer
+from weir.testkit import DnsStub, free_port, make_ca, server_ssl_context
 
 HOST = "db.example.test"
 ALLOWED_IP = "127.0.0.2"
@@ -31,12 +32,6 @@ XB = "gateway.networking.x-k8s.io"
 GUARD_POLICY = f"rbac_access_denied_matched_policy[weir-denied-network:{FORBIDDEN_IP}/32]"
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsStub]:
-    async with DnsStub() as stub:
-        yield stub
 
 
 @pytest.fixture

@@ -12,14 +12,12 @@ trailers of its own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h2.config
 import h2.connection
 import h2.events
-import pytest
 from weir_harness import GATEWAY_HEAD, Weir, route_to, xbackend
 
 from weir.testkit import DnsStub, free_port
@@ -118,12 +116,6 @@ async def h2_request_with_trailers(
     finally:
         writer.close()
     return status, response_trailers
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsStub]:
-    async with DnsStub() as stub:
-        yield stub
 
 
 async def test_internal_names_in_trailers_never_cross_the_gateway(tmp_path: Path, dns: DnsStub) -> None:

@@ -35,8 +35,9 @@ from kube_harness import (
 )
 from kube_world import Objects
 
+from echo_tcp import EchoServer
 from weir.providers.kubernetes.provider import KubernetesOptions
-from weir.testkit import DnsStub, EchoServer, RecordingUpstream, free_port
+from weir.testkit import DnsStub, RecordingUpstream, free_port
 
 DB_HOST = "db.example.test"
 #: An EndpointSlice address the API server accepts (not loopback); nothing is sent to it.

@@ -24,9 +24,10 @@ from weir import __version__
 from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
 from weir.envoy_admin import EnvoyAdmin
+from weir.envoy_stats import ENVOY_STATS_USED, StatNames, _StatsParser, fetch_envoy_stats
 from weir.loader import Problem
 from weir.metrics import CONTENT_TYPE, MetricFamily, parse
-from weir.telemetry import ENVOY_STATS_USED, Sources, StatNames, Telemetry, _StatsParser, fetch_envoy_stats
+from weir.telemetry import Sources, Telemetry
 from weir.xds.counters import MAX_IN_FLIGHT, XdsCounters
 
 ENVOY_TEXT = """\

@@ -27,6 +27,11 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+#: The Gateway API caps a route's (and an XBackend's) ``status.parents`` at 32 entries.
+MAX_PARENTS = 32
+#: ... and a policy's ``status.ancestors`` (``PolicyStatus``) at 16.
+MAX_ANCESTORS = 16
+
 #: RFC 1123 subdomain, as the API server checks ``metadata.name``.
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 #: RFC 1123 label.

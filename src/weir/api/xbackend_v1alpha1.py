@@ -31,18 +31,15 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from weir.api.cel import CelChecked, CelModel, CelRule
-from weir.api.gateway_v1 import ParentReference
+from weir.api.gateway_v1 import ParentReference, SecretObjectReference
 from weir.api.meta import (
     Condition,
     GatewayController,
-    Group,
     Hostname,
-    Kind,
     KubeObject,
     LabelValue,
+    LocalObjectReference,
     Model,
-    Namespace,
-    ObjectName,
     PreciseHostname,
 )
 
@@ -127,12 +124,8 @@ class ExternalHostname(Model):
     ]
 
 
-class CACertificateRef(Model):
-    """Gateway API ``LocalObjectReference``."""
-
-    group: Group
-    kind: Kind
-    name: ObjectName
+#: A ``caCertificateRefs`` entry is a Gateway API ``LocalObjectReference`` (one model for both).
+CACertificateRef = LocalObjectReference
 
 
 #: Gateway API ``AbsoluteURI``.
@@ -206,13 +199,8 @@ class TLSValidation(CelModel):
     subject_alt_names: tuple[SubjectAltName, ...] = Field(default=(), max_length=5, json_schema_extra=_ATOMIC)
 
 
-class ClientCertificateRef(Model):
-    """Gateway API ``SecretObjectReference``."""
-
-    group: Group = ""
-    kind: Kind = "Secret"
-    name: ObjectName
-    namespace: Namespace | None = None
+#: A ``clientCertificateRef`` is a Gateway API ``SecretObjectReference`` (one model for both).
+ClientCertificateRef = SecretObjectReference
 
 
 class BackendTLS(CelModel):

@@ -4,21 +4,16 @@
 - :mod:`weir.testkit.upstream`: :class:`RecordingUpstream`, an HTTP/1.1 + HTTP/2
   "external API" that records what it saw.
 - :mod:`weir.testkit.dns`: :class:`DnsStub`, a UDP+TCP DNS server with a mutable table.
-- :mod:`weir.testkit.echo`: :class:`EchoServer`, a TCP echo server (plaintext or TLS)
-  that records connections, SNI and byte counts.
 - :mod:`weir.testkit.echo_http`: :class:`EchoHttpServer`, one "pod" of a Service
   (HTTP/1.1, h2c, TLS, WebSocket) answering with JSON that describes the request.
-- :mod:`weir.testkit.echo_grpc`: :class:`GrpcEchoServer`, the same for gRPC, and
-  :func:`grpc_echo` to call it.
 - :mod:`weir.testkit.websocket`: a minimal WebSocket codec and :class:`WebSocketClient`.
 - :mod:`weir.testkit.net`: loopback checks and :func:`free_port`.
 
-Every server here refuses to bind anywhere but 127.0.0.0/8 or ::1.
+The TCP and gRPC echo servers only tests use live in ``tests/support`` (``echo_tcp``,
+``echo_grpc``). Every server here refuses to bind anywhere but 127.0.0.0/8 or ::1.
 """
 
 from weir.testkit.dns import DnsQuery, DnsStub
-from weir.testkit.echo import EchoConnection, EchoServer
-from weir.testkit.echo_grpc import GrpcEchoReply, GrpcEchoServer, grpc_echo
 from weir.testkit.echo_http import EchoHttpServer, EchoIdentity, EchoRequest, TlsFacts
 from weir.testkit.net import NonLoopbackAddressError, free_port, loopback_ok, require_loopback
 from weir.testkit.pki import (
@@ -36,13 +31,9 @@ __all__ = [
     "CertAuthority",
     "DnsQuery",
     "DnsStub",
-    "EchoConnection",
     "EchoHttpServer",
     "EchoIdentity",
     "EchoRequest",
-    "EchoServer",
-    "GrpcEchoReply",
-    "GrpcEchoServer",
     "IssuedCert",
     "NonLoopbackAddressError",
     "PemFiles",
@@ -54,7 +45,6 @@ __all__ = [
     "WebSocketHandshakeError",
     "client_ssl_context",
     "free_port",
-    "grpc_echo",
     "loopback_ok",
     "make_ca",
     "require_loopback",

@@ -20,6 +20,7 @@ from weir.api.gateway_v1 import GatewayClass
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import egress
+from weir.translate.attachment import RouteTable
 from weir.translate.backends import BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
@@ -31,7 +32,7 @@ from weir.translate.gateways import (
     listener_set_status,
 )
 from weir.translate.grpcroutes import KindConflicts, kind_conflicts, translate_grpc_routes
-from weir.translate.routes import RouteTable, RouteUnit, place_unit, translate_http_routes
+from weir.translate.routes import RouteUnit, place_unit, translate_http_routes
 from weir.translate.settings import Settings
 from weir.translate.tcproutes import tcp_backends, translate_tcp_routes, translate_udp_routes
 from weir.translate.tlslisteners import https_server, tls_listener

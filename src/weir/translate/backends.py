@@ -112,6 +112,9 @@ class BackendResolver:
         self.credential_policies = CredentialPolicies(resources)
         self.mcp_policies = McpPolicies(resources)
         self.traffic_policies = TrafficPolicies(resources)
+        #: This pass's status interner (see :class:`~weir.translate.status.StatusInterner`): every route
+        #: kind receives the resolver, so the statuses they write share their equal parts through it.
+        self.interner = st.StatusInterner()
 
     def resolve(
         self,
@@ -456,19 +459,24 @@ class BackendResolver:
             users = sorted(self._xbackend_users.get(xb.key, ()))
             verdict = self.xbackend_verdict(xb)
             gen = xb.metadata.generation
-            conditions = [st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions]
+            conditions = tuple(st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions)
             status_list, status_ref = st.XBACKEND_STATUS_KEYS[xb.shape]
+            entry = st.AncestorStatus if status_ref == st.AncestorStatus.REF_KEY else st.ParentStatus
             ours = [
-                st.parent_entry(
-                    {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name},
+                entry(
+                    (
+                        ("group", GATEWAY_GROUP),
+                        ("kind", "Gateway"),
+                        ("namespace", gw.namespace),
+                        ("name", gw.name),
+                    ),
                     controller_name,
                     conditions,
-                    unique=True,  # an XBackend's Accepted message names its hostname and port
-                    ref_key=status_ref,
                 )
                 for gw in users
             ]
-            status = st.parents_status(xb.status, controller_name, ours, key=status_list, unique=True)
+            # No interner: an XBackend's Accepted message names its hostname and port (one of a kind).
+            status = st.parents_status(xb.status, controller_name, ours, key=status_list)
             if status is not None:
                 out[xb.key] = status
         return out

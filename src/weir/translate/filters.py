@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import re2
 
@@ -225,7 +226,7 @@ def cors_policy(config: HTTPCORSFilter) -> ir.Cors:
     )
 
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+_DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 
 def redirect_action(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from weir import ir
@@ -23,14 +24,16 @@ from weir.translate.frontendtls import ClientCAProblem, ClientValidation
 from weir.translate.settings import Settings
 
 #: Route kinds a listener of each protocol can carry, today.
-SUPPORTED_KINDS: dict[str, tuple[str, ...]] = {
-    "HTTP": ("HTTPRoute", "GRPCRoute"),
-    "TCP": ("TCPRoute",),
-    "UDP": ("UDPRoute",),
-}
 #: HTTPS carries what HTTP carries, inside TLS; TLS carries TLSRoutes (passthrough or terminated).
-SUPPORTED_KINDS["HTTPS"] = SUPPORTED_KINDS["HTTP"]
-SUPPORTED_KINDS["TLS"] = ("TLSRoute",)
+SUPPORTED_KINDS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "HTTP": ("HTTPRoute", "GRPCRoute"),
+        "HTTPS": ("HTTPRoute", "GRPCRoute"),
+        "TCP": ("TCPRoute",),
+        "UDP": ("UDPRoute",),
+        "TLS": ("TLSRoute",),
+    }
+)
 
 #: The Gateway API release whose resources weir implements (``SupportedVersion``).
 GATEWAY_API_VERSION = "v1.6"
@@ -41,7 +44,7 @@ CORE_PROTOCOLS = ("HTTP", "HTTPS", "TLS", "TCP", "UDP")
 #: Which listeners can share a socket: HTTP ones (told apart by Host), TLS ones (HTTPS and
 #: TLS, told apart by the server name of the ClientHello); a TCP or UDP listener has its socket
 #: alone (weir keys sockets by address and port, so a UDP listener does not share a port with TCP).
-FAMILIES = {"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP", "UDP": "UDP"}
+FAMILIES = MappingProxyType({"HTTP": "HTTP", "HTTPS": "TLS", "TLS": "TLS", "TCP": "TCP", "UDP": "UDP"})
 #: Families whose listener has its socket alone.
 ALONE = ("TCP", "UDP")
 
@@ -224,14 +227,14 @@ def accepted_classes(
             "models of that version",
             gen,
         )
-        statuses[gc.key] = {"conditions": [accepted, supported], "supportedFeatures": _SUPPORTED_FEATURES}
+        statuses[gc.key] = {
+            "conditions": st.conditions_data([accepted, supported]),
+            "supportedFeatures": [{"name": name} for name in SUPPORTED_FEATURES],
+        }
     return names, statuses
 
 
 #: ``status.supportedFeatures`` of every GatewayClass weir accepts (:mod:`weir.features`).
-_SUPPORTED_FEATURES = [{"name": name} for name in SUPPORTED_FEATURES]
-
-
 def gateway_contexts(resources: Resources, settings: Settings, classes: set[str]) -> list[GatewayContext]:
     """A context for every Gateway of a class weir controls, sorted by namespace/name.
 
@@ -790,7 +793,7 @@ def gateway_status(ctx: GatewayContext) -> dict[str, Any]:
                 gen,
             )
         )
-    status: dict[str, Any] = {"conditions": conditions, "listeners": listeners}
+    status: dict[str, Any] = {"conditions": st.conditions_data(conditions), "listeners": listeners}
     if ctx.listener_sets:
         status["attachedListenerSets"] = sum(1 for lsc in ctx.listener_sets if lsc.refusal is None)
     if ctx.published is not None:
@@ -807,7 +810,7 @@ def _listener_entries(listeners: list[ListenerContext], gen: int) -> list[dict[s
             "name": lc.name,
             "supportedKinds": [{"group": GROUP, "kind": k} for k in lc.kinds],
             "attachedRoutes": lc.attached,
-            "conditions": _listener_conditions(lc, gen),
+            "conditions": st.conditions_data(_listener_conditions(lc, gen)),
         }
         for lc in listeners
     ]
@@ -826,10 +829,14 @@ def listener_set_status(lsc: ListenerSetContext) -> dict[str, Any]:
         # ListenerSetDefaultNotAllowed checks Programmed's reason too); otherwise Invalid.
         not_programmed = st.R_NOT_ALLOWED if reason == st.R_NOT_ALLOWED else st.R_INVALID
         return {
-            "conditions": [
-                st.condition(st.ACCEPTED, False, reason, message, gen),
-                st.condition(st.PROGRAMMED, False, not_programmed, "The ListenerSet is not accepted", gen),
-            ],
+            "conditions": st.conditions_data(
+                [
+                    st.condition(st.ACCEPTED, False, reason, message, gen),
+                    st.condition(
+                        st.PROGRAMMED, False, not_programmed, "The ListenerSet is not accepted", gen
+                    ),
+                ]
+            ),
             "listeners": [],
         }
     served = [lc for lc in lsc.listeners if lc.served]
@@ -847,7 +854,10 @@ def listener_set_status(lsc: ListenerSetContext) -> dict[str, Any]:
     else:
         message = "No listener can be served; see each listener's conditions"
         programmed = st.condition(st.PROGRAMMED, False, st.R_INVALID, message, gen)
-    return {"conditions": [accepted, programmed], "listeners": _listener_entries(lsc.listeners, gen)}
+    return {
+        "conditions": st.conditions_data([accepted, programmed]),
+        "listeners": _listener_entries(lsc.listeners, gen),
+    }
 
 
 def _listener_conditions(lc: ListenerContext, gen: int) -> list[st.Condition]:

@@ -3,7 +3,7 @@
 A gRPC call is an HTTP/2 ``POST`` to ``/<service>/<method>``, its metadata
 HTTP/2 headers. GRPCRoutes therefore become the same IR routes as HTTPRoutes,
 on the same listeners (HTTP and HTTPS), attached by the same rules
-(:func:`weir.translate.routes.attach`: ``parentRefs``, ``allowedRoutes``,
+(:mod:`weir.translate.attachment`: ``parentRefs``, ``allowedRoutes``,
 hostname intersection):
 
 - ``method`` ``Exact`` with service and method: the exact path
@@ -58,28 +58,28 @@ from weir.api.gateway_v1 import (
     HTTPRoute,
     HTTPRouteFilter,
     HTTPRouteRule,
-    ParentReference,
 )
 from weir.api.gateway_v1_grpcroute import GRPCRoute, GRPCRouteFilter, GRPCRouteMatch, GRPCRouteRule
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import filters
-from weir.translate import status as st
-from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
-from weir.translate.gateways import GatewayContext
-from weir.translate.routes import (
-    MCP_IDLE_TIMEOUT_MS,
+from weir.translate.attachment import (
     Attachment,
     RouteTable,
-    SortKey,
     attach,
+    count_attached,
     intersect_hostnames,
     parent_index,
     parent_refs,
-    place_route,
     route_parent_entry,
-    unsupported_fields,
+    route_parents,
+    route_precedence,
+    route_status,
+    unservable,
 )
+from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
+from weir.translate.gateways import GatewayContext
+from weir.translate.routes import MCP_IDLE_TIMEOUT_MS, SortKey, place_route, unsupported_fields
 
 KIND = "GRPCRoute"
 
@@ -134,7 +134,7 @@ def kind_conflicts(resources: Resources, gateways: list[GatewayContext]) -> Kind
         if unsupported:
             continue
         for ref, ctx, gw_key in parent_refs(route, by_key, existing):
-            _, found = attach(resources, route, ref, ctx, gw_key, [])
+            _, found = attach(resources, route, ref, ctx, gw_key, None)
             for att in found:
                 claims[id(att.listener)].append((route, att))
     out = KindConflicts()
@@ -176,7 +176,7 @@ def meets_grpc_routes(
     if not conflicts.grpc_claims or unsupported_fields(route):
         return False
     for ref, ctx, gw_key in parent_refs(route, by_key, existing):
-        _, found = attach(resources, route, ref, ctx, gw_key, [])
+        _, found = attach(resources, route, ref, ctx, gw_key, None)
         for att in found:
             claims = conflicts.grpc_claims.get(id(att.listener), ())
             if any(_overlap(att.hostnames, hostnames) for hostnames in claims):
@@ -191,7 +191,7 @@ def _overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 
 
 def _age(route: HTTPRoute | GRPCRoute) -> tuple[str, str, str]:
-    return (route.metadata.creation_timestamp or "", route.namespace, route.name)
+    return route_precedence(route)
 
 
 # ------------------------------------------------------------------ translation
@@ -214,30 +214,20 @@ def translate_grpc_routes(
     by_key, existing = parent_index(resources, gateways)
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.grpc_routes:
-        problems = _problems(route)
-        parents: list[tuple[ParentReference, st.Condition]] = []
-        attachments: list[Attachment] = []
-        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
-            accepted, found = attach(resources, route, ref, ctx, gw_key, problems, conflicts.of(route.key))
-            attachments.extend(found)
-            parents.append((ref, accepted))
+        parents = route_parents(resources, route, by_key, existing, GRPC_KIND, conflicts.of(route.key))
+        attachments = [a for parent in parents for a in parent.attachments]
         if not parents:
-            stale = st.parents_status(route.status, controller_name, [])
-            if stale is not None:  # weir's entries for Gateways the route no longer names
+            stale = route_status(route, controller_name, [], resolver.interner)
+            if stale is not None:
                 statuses[route.key] = stale
             continue
         gateways_used = {a.listener.gateway.key for a in attachments}
         rules, failure = _resolve_rules(route, resolver, gateways_used, table)
-        counted: set[int] = set()
+        count_attached(parents)
         for att in attachments:
-            if id(att.listener) not in counted:
-                counted.add(id(att.listener))
-                att.listener.attached += 1
             _add_routes(route, att, rules)
-        ours = [
-            route_parent_entry(route, ref, controller_name, accepted, failure) for ref, accepted in parents
-        ]
-        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
+        ours = [route_parent_entry(route, p.ref, controller_name, p.accepted, failure) for p in parents]
+        statuses[route.key] = route_status(route, controller_name, ours, resolver.interner) or {"parents": []}
     return statuses
 
 
@@ -276,6 +266,18 @@ def _http_filters(grpc_filters: tuple[GRPCRouteFilter, ...]) -> tuple[HTTPRouteF
         )
         for f in grpc_filters
     )
+
+
+class GrpcRouteKind:
+    """GRPCRoute's side of :class:`~weir.translate.attachment.RouteKind`."""
+
+    by_hostname = True
+
+    def unsupported(self, route: GRPCRoute) -> str | None:
+        return unservable(_problems(route))
+
+
+GRPC_KIND = GrpcRouteKind()
 
 
 def _problems(route: GRPCRoute) -> list[str]:

@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 from weir.api.core_v1 import Service
 from weir.api.gateway_v1 import GROUP as GATEWAY_GROUP
 from weir.api.gateway_v1_backendtlspolicy import BackendTLSPolicy
-from weir.api.meta import KubeObject, ObjectKey
+from weir.api.meta import MAX_ANCESTORS, KubeObject, ObjectKey
 from weir.api.weir_policies_v1alpha1 import BackendCredentialPolicy, BackendMCPPolicy
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.api.xbackend_v1alpha1 import XBackend
@@ -210,14 +210,14 @@ def ancestors_status(
     """
     generation = policy.metadata.generation
     ours = [
-        {
-            "ancestorRef": ref,
-            "controllerName": controller_name,
-            "conditions": [st.condition(t, ok, r, m, generation) for t, ok, r, m in conditions],
-        }
+        st.AncestorStatus(
+            st.ref_of(ref),
+            controller_name,
+            tuple(st.condition(t, ok, r, m, generation) for t, ok, r, m in conditions),
+        )
         for ref, conditions in entries
     ]
-    return st.parents_status(policy.status, controller_name, ours, key="ancestors", limit=st.MAX_ANCESTORS)
+    return st.parents_status(policy.status, controller_name, ours, key="ancestors", limit=MAX_ANCESTORS)
 
 
 def statuses(

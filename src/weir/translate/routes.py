@@ -1,36 +1,39 @@
-"""HTTPRoutes: attachment to Gateway listeners, hostnames, rules to IR routes, and route status."""
+"""HTTPRoutes: rules to IR routes, units a patch can recompute, and route status.
+
+Attachment to listeners (parentRefs, allowedRoutes, hostnames) is every route
+kind's and lives in :mod:`weir.translate.attachment`.
+"""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from weir import ir
 from weir.api.gateway_v1 import (
-    GROUP,
     BackendRef,
     HTTPRequestRedirectFilter,
     HTTPRoute,
     HTTPRouteMatch,
-    ParentReference,
 )
-from weir.api.gateway_v1_grpcroute import GRPCRoute
-from weir.api.gateway_v1_listenerset import ListenerSet
-from weir.api.gateway_v1_tcproute import TCPRoute
-from weir.api.gateway_v1_tlsroute import TLSRoute
-from weir.api.gateway_v1_udproute import UDPRoute
-from weir.api.meta import KubeObject, ObjectKey
+from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.resources import Resources
 from weir.translate import filters
-from weir.translate import status as st
+from weir.translate.attachment import (
+    Attachment,
+    RouteTable,
+    route_parent_entry,
+    route_parents,
+    route_status,
+    unservable,
+)
+from weir.translate.attachment import parent_index as parent_index  # incremental imports it from here
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
-from weir.translate.gateways import GatewayContext, ListenerContext, RouteEntry, namespace_selected
-
-Socket = tuple[str, int]
+from weir.translate.gateways import GatewayContext, ListenerContext, RouteEntry
 
 #: The idle limit of routes to MCP backends, which have no request timeout.
 #: Streamable HTTP keeps a response open as long as a tool runs (POST) or a
@@ -42,27 +45,6 @@ MCP_IDLE_TIMEOUT_MS = 3_600_000
 
 #: Sorts routes within a virtual host by Gateway API precedence; smaller first.
 SortKey = tuple[Any, ...]
-
-
-@dataclass(slots=True)
-class RouteTable:
-    """What routes contribute to the data plane, besides the routes each listener keeps
-    (:attr:`weir.translate.gateways.ListenerContext.routes`)."""
-
-    upstreams: dict[str, ir.Upstream] = field(default_factory=dict)
-    secrets: dict[str, ir.Secret] = field(default_factory=dict)
-    #: socket of a TCP listener -> the backends of the TCPRoute it forwards to
-    tcp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
-    #: socket of a UDP listener -> the backend of the UDPRoute it forwards to
-    udp: dict[Socket, tuple[ir.WeightedBackend, ...]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Attachment:
-    """A route attached to a listener, for ``hostnames`` (its own intersected with the listener's)."""
-
-    listener: ListenerContext
-    hostnames: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,17 +125,14 @@ def http_route_unit(
     the listeners (``id`` of their context) the route lost to an older
     GRPCRoute, and why (see :func:`weir.translate.grpcroutes.kind_conflicts`).
     """
-    parents: list[tuple[ParentReference, st.Condition]] = []
-    attachments: list[Attachment] = []
-    unsupported = unsupported_fields(route)
-    for ref, ctx, gw_key in parent_refs(route, by_key, existing):
-        accepted, found = attach(resources, route, ref, ctx, gw_key, unsupported, lost)
-        attachments.extend(found)
-        parents.append((ref, accepted))
+    parents = route_parents(resources, route, by_key, existing, HTTP_KIND, lost)
     if not parents:
-        # weir's entries for Gateways the route no longer names
-        return RouteUnit(route.key, st.parents_status(route.status, controller_name, []))
-    gateways_used = _one_set(frozenset(a.listener.gateway.key for a in attachments))
+        return RouteUnit(route.key, route_status(route, controller_name, [], resolver.interner))
+    attachments = [a for parent in parents for a in parent.attachments]
+    # The routes of one Gateway share one set (a set costs 216 bytes).
+    gateways_used: frozenset[ObjectKey] = resolver.interner.one_of(
+        frozenset(a.listener.gateway.key for a in attachments)
+    )
     table = RouteTable()
     resolved = _resolve_rules(route, resolver, set(gateways_used), table, request_timeout_ms)
     attached: dict[int, ListenerContext] = {}
@@ -161,13 +140,10 @@ def http_route_unit(
     for att in attachments:
         attached.setdefault(id(att.listener), att.listener)
         placements.extend(_route_entries(route, att, resolved))
-    ours = [
-        route_parent_entry(route, ref, controller_name, accepted, resolved.failure)
-        for ref, accepted in parents
-    ]
+    ours = [route_parent_entry(route, p.ref, controller_name, p.accepted, resolved.failure) for p in parents]
     return RouteUnit(
         key=route.key,
-        status=st.parents_status(route.status, controller_name, ours) or {"parents": []},
+        status=route_status(route, controller_name, ours, resolver.interner),
         placements=tuple(placements),
         attached=tuple(attached.values()),
         gateways=gateways_used,
@@ -176,12 +152,6 @@ def http_route_unit(
         reads=resolved.reads,
         uses=resolved.uses,
     )
-
-
-@functools.lru_cache(maxsize=256)
-def _one_set(keys: frozenset[ObjectKey]) -> frozenset[ObjectKey]:
-    """The first set equal to ``keys``: the routes of one Gateway share one (a set costs 216 bytes)."""
-    return keys
 
 
 def place_unit(unit: RouteUnit, table: RouteTable) -> None:
@@ -194,215 +164,16 @@ def place_unit(unit: RouteUnit, table: RouteTable) -> None:
     table.secrets.update(unit.secrets)
 
 
-def attach(
-    resources: Resources,
-    route: HTTPRoute | GRPCRoute,
-    ref: ParentReference,
-    ctx: GatewayContext | None,
-    gw_key: ObjectKey,
-    unsupported: list[str],
-    lost: Mapping[int, str] | None = None,
-) -> tuple[st.Condition, list[Attachment]]:
-    """The ``Accepted`` condition of ``route`` for parentRef ``ref``, and where it attaches.
+class HttpRouteKind:
+    """HTTPRoute's side of :class:`~weir.translate.attachment.RouteKind`."""
 
-    For HTTPRoutes and GRPCRoutes alike. ``unsupported``: what in the route
-    weir cannot serve (not accepted). ``lost``: listeners (``id`` of their
-    context) the route must not attach to, because an older route of the
-    other kind shares a hostname there, and why.
-    """
-    gen = route.metadata.generation
+    by_hostname = True
 
-    def refuse(reason: str, message: str) -> tuple[st.Condition, list[Attachment]]:
-        return st.condition(st.ACCEPTED, False, reason, message, gen), []
-
-    why_not = "weir cannot serve this route: " + "; ".join(unsupported) if unsupported else None
-    allowed = allowed_listeners(resources, route, ref, ctx, gw_key, why_not)
-    if isinstance(allowed, Refusal):
-        return refuse(allowed.reason, allowed.message)
-    attachments = []
-    for lc in allowed:
-        hostnames = intersect_hostnames(lc.spec.hostname, route.spec.hostnames)
-        if hostnames:
-            attachments.append(Attachment(lc, hostnames))
-    if not attachments:
-        return refuse(
-            st.R_NO_MATCHING_LISTENER_HOSTNAME,
-            "None of the route's hostnames matches a listener hostname: "
-            + ", ".join(sorted({lc.spec.hostname or "*" for lc in allowed})),
-        )
-    conflicts = [lost[id(a.listener)] for a in attachments if lost and id(a.listener) in lost]
-    if conflicts:
-        attachments = [a for a in attachments if not lost or id(a.listener) not in lost]
-        if not attachments:
-            return refuse(st.R_CONFLICTED, "Not attached: " + "; ".join(conflicts))
-        message = "Route is accepted, but not everywhere: " + "; ".join(conflicts)
-        return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, message, gen), attachments
-    return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), attachments
+    def unsupported(self, route: HTTPRoute) -> str | None:
+        return unservable(unsupported_fields(route))
 
 
-@dataclass(frozen=True)
-class Refusal:
-    """Why a route does not attach through a parentRef: the ``Accepted=False`` reason and message."""
-
-    reason: str
-    message: str
-
-
-#: What a route's parentRef may name: a Gateway (its own listeners) or a ListenerSet (its listeners).
-PARENT_KINDS = frozenset({"Gateway", "ListenerSet"})
-
-
-def parent_index(
-    resources: Resources, gateways: list[GatewayContext]
-) -> tuple[dict[ObjectKey, GatewayContext], frozenset[ObjectKey]]:
-    """Weir's parents by key (each Gateway, and each ListenerSet naming one, to that Gateway's
-    context), and the keys of every Gateway and ListenerSet there is (other controllers' too)."""
-    by_key = {ctx.gateway.key: ctx for ctx in gateways}
-    for ctx in gateways:
-        for lsc in ctx.listener_sets:
-            by_key[lsc.key] = ctx
-    existing = frozenset(gw.key for gw in resources.gateways) | frozenset(
-        ls.key for ls in resources.all(ListenerSet)
-    )
-    return by_key, existing
-
-
-def parent_refs(
-    route: HTTPRoute | GRPCRoute | TCPRoute | TLSRoute | UDPRoute,
-    by_key: Mapping[ObjectKey, GatewayContext],
-    existing: AbstractSet[ObjectKey],
-) -> Iterator[tuple[ParentReference, GatewayContext | None, ObjectKey]]:
-    """The route's parentRefs that are weir's to answer (see :func:`parent_index`): to weir's
-    Gateways and ListenerSets, or to ones that do not exist; with the parent's context and key."""
-    for ref in route.spec.parent_refs:
-        if ref.group != GROUP or ref.kind not in PARENT_KINDS:
-            continue
-        key = ObjectKey(ref.kind, ref.namespace or route.namespace, ref.name)
-        ctx = by_key.get(key)
-        if ctx is None and key in existing:
-            continue  # another controller's
-        yield ref, ctx, key
-
-
-def allowed_listeners(
-    resources: Resources,
-    route: KubeObject,
-    ref: ParentReference,
-    ctx: GatewayContext | None,
-    gw_key: ObjectKey,
-    unsupported: str | None = None,
-) -> list[ListenerContext] | Refusal:
-    """The listeners of ``ctx`` that ``ref`` selects and that allow ``route`` (any route kind), or
-    why there are none. ``unsupported``: why weir cannot serve the route at all, if it cannot.
-
-    The checks every route kind shares, in the order a user fixes them: the
-    Gateway exists and is accepted, the route is servable, ``ref`` selects a
-    listener, a selected listener allows the route's kind and namespace.
-    """
-    parent = f"{gw_key.kind} {gw_key.namespace}/{gw_key.name}"
-    if ctx is None:
-        return Refusal(st.R_NO_MATCHING_PARENT, f"{parent} does not exist")
-    if not ctx.addresses:
-        return Refusal(st.R_NO_MATCHING_PARENT, f"{parent} is not accepted")
-    listener_set = next((lsc for lsc in ctx.listener_sets if lsc.key == gw_key), None)
-    if listener_set is not None and listener_set.refusal is not None:
-        return Refusal(st.R_NO_MATCHING_PARENT, f"{parent} is not accepted: {listener_set.refusal[1]}")
-    if unsupported:
-        return Refusal(st.R_UNSUPPORTED_VALUE, unsupported)
-    candidates = parent_listeners(ctx, ref, listener_set.listeners if listener_set else ctx.own_listeners)
-    if not candidates:
-        return Refusal(st.R_NO_MATCHING_PARENT, no_listener_message(gw_key, ref))
-    kind = type(route).KIND
-    allowed = [lc for lc in candidates if lc.valid and listener_allows(resources, lc, kind, route.namespace)]
-    if not allowed:
-        return Refusal(
-            st.R_NOT_ALLOWED_BY_LISTENERS, not_allowed_message(kind, route.namespace, candidates, gw_key)
-        )
-    return allowed
-
-
-def parent_listeners(
-    ctx: GatewayContext, ref: ParentReference, listeners: list[ListenerContext] | None = None
-) -> list[ListenerContext]:
-    """The ``listeners`` (default: the Gateway's own) that ``ref`` selects by ``sectionName`` and
-    ``port`` (all when unset). A route naming a Gateway attaches to its own listeners only; one
-    naming a ListenerSet, to that set's."""
-    return [
-        lc
-        for lc in (ctx.own_listeners if listeners is None else listeners)
-        if (ref.section_name is None or lc.name == ref.section_name)
-        and (ref.port is None or lc.spec.port == ref.port)
-    ]
-
-
-def no_listener_message(gw_key: ObjectKey, ref: ParentReference) -> str:
-    """Why :func:`parent_listeners` found nothing."""
-    wanted = " ".join(
-        part
-        for part in (
-            f"sectionName {ref.section_name!r}" if ref.section_name else "",
-            f"port {ref.port}" if ref.port else "",
-        )
-        if part
-    )
-    return f"{gw_key.kind} {gw_key.namespace}/{gw_key.name} has no listener with {wanted}"
-
-
-def not_allowed_message(
-    kind: str, namespace: str, candidates: list[ListenerContext], gw_key: ObjectKey
-) -> str:
-    """Why none of ``candidates`` takes a route of ``kind`` from ``namespace`` (``NotAllowedByListeners``)."""
-    gateway = f"{gw_key.kind} {gw_key.namespace}/{gw_key.name}"
-    if not any(lc.valid and kind in lc.kinds for lc in candidates):
-        names = ", ".join(f"{lc.name} ({lc.protocol})" for lc in candidates)
-        return (
-            f"No listener of {gateway} takes {kind}s: {names}; a listener takes the route kinds of its "
-            "protocol (allowedRoutes.kinds may narrow them) and only when it is accepted"
-        )
-    return (
-        f"No listener of {gateway} allows {kind}s from namespace {namespace}; "
-        "see the listeners' allowedRoutes"
-    )
-
-
-def listener_allows(resources: Resources, lc: ListenerContext, kind: str, namespace: str) -> bool:
-    """Whether ``lc`` takes routes of ``kind`` from ``namespace`` (its kinds and ``allowedRoutes``)."""
-    if kind not in lc.kinds:
-        return False
-    namespaces = lc.spec.allowed_routes.namespaces
-    if namespaces.from_ == "All":
-        return True
-    if namespaces.from_ == "Same":  # the namespace of the Gateway or ListenerSet declaring it
-        return namespace == lc.owner.namespace
-    return namespace_selected(resources, namespaces.selector, namespace)
-
-
-def intersect_hostnames(listener: str | None, route: Iterable[str]) -> tuple[str, ...]:
-    """The hostnames a route serves on a listener (the more specific of each matching pair).
-
-    ``*.example.com`` matches any name with at least one more label in front
-    of ``example.com`` (so not ``example.com`` itself). No listener hostname
-    and no route hostnames means every name: ``("*",)``.
-    """
-    route = tuple(route)
-    if listener is None:
-        return route or ("*",)
-    if not route:
-        return (listener,)
-    out: list[str] = []
-    for host in route:
-        if host == listener or (listener.startswith("*.") and _covers(listener, host)):
-            out.append(host)
-        elif host.startswith("*.") and _covers(host, listener):
-            out.append(listener)
-    return tuple(dict.fromkeys(out))
-
-
-def _covers(wildcard: str, name: str) -> bool:
-    """True when ``wildcard`` (``*.suffix``) matches ``name``, which may itself be a narrower wildcard."""
-    suffix = wildcard[1:]  # ".example.com"
-    stem = name[2:] if name.startswith("*.") else name
-    return name.endswith(suffix) and len(stem) >= len(suffix) and name != suffix[1:]
+HTTP_KIND = HttpRouteKind()
 
 
 def unsupported_fields(route: HTTPRoute) -> list[str]:
@@ -634,7 +405,7 @@ def _match(match: HTTPRouteMatch) -> ir.RouteMatch:
 #: prefix paths, as Envoy Gateway does: a regular expression is usually
 #: written to carve specific paths out of a prefix, which it could not do
 #: after a ``/`` prefix.
-_PATH_ORDER = {"Exact": 0, "RegularExpression": 1, "PathPrefix": 2}
+_PATH_ORDER = MappingProxyType({"Exact": 0, "RegularExpression": 1, "PathPrefix": 2})
 
 
 def _precedence(match: HTTPRouteMatch) -> SortKey:
@@ -653,34 +424,3 @@ def _precedence(match: HTTPRouteMatch) -> SortKey:
         -len({h.name.lower() for h in match.headers}),
         -len({q.name for q in match.query_params}),
     )
-
-
-def parent_ref_data(ref: ParentReference, route_namespace: str) -> dict[str, Any]:
-    """``parentRef`` as a route's status repeats it (namespace filled in)."""
-    data: dict[str, Any] = {
-        "group": ref.group,
-        "kind": ref.kind,
-        "namespace": ref.namespace or route_namespace,
-        "name": ref.name,
-    }
-    if ref.section_name is not None:
-        data["sectionName"] = ref.section_name
-    if ref.port is not None:
-        data["port"] = ref.port
-    return data
-
-
-def route_parent_entry(
-    route: KubeObject,
-    ref: ParentReference,
-    controller_name: str,
-    accepted: st.Condition,
-    failure: RefFailure | None,
-) -> dict[str, Any]:
-    """One ``status.parents`` entry of a route: ``accepted`` for this parent, and the route's ResolvedRefs."""
-    gen = route.metadata.generation
-    if failure is not None:
-        resolved = st.condition(st.RESOLVED_REFS, False, failure.reason, failure.message, gen)
-    else:
-        resolved = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved", gen)
-    return st.parent_entry(parent_ref_data(ref, route.namespace), controller_name, [accepted, resolved])

@@ -11,14 +11,14 @@ either: it needs a clock and the previous status (see
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeVar, cast
 
-from weir.api.meta import ObjectKey
+from weir.api.meta import MAX_PARENTS, ObjectKey
 from weir.api.xbackend_v1alpha1 import SCHEMAS as XBACKEND_SCHEMAS
 
 # Condition types.
@@ -68,43 +68,164 @@ R_CONFLICTED = "Conflicted"
 
 PENDING_MESSAGE = "Waiting for Envoy to accept the configuration and bind the listener"
 
-Condition = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One status condition as translation decides it (without ``lastTransitionTime``).
+
+    Frozen: a condition is a value, made once and never modified; it becomes
+    the Kubernetes shape (:meth:`as_dict`) only where a status is written.
+    """
+
+    type: str
+    ok: bool
+    reason: str
+    message: str
+    generation: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The condition as ``status.conditions[]`` holds it."""
+        return {
+            "type": self.type,
+            "status": "True" if self.ok else "False",
+            "reason": self.reason,
+            "message": self.message,
+            "observedGeneration": self.generation,
+        }
 
 
-#: The Gateway API caps a route's (and an XBackend's) ``status.parents`` at 32 entries.
-MAX_PARENTS = 32
-#: ... and a policy's ``status.ancestors`` (``PolicyStatus``) at 16.
-MAX_ANCESTORS = 16
+def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
+    """A condition of type ``kind`` (see :class:`Condition`)."""
+    return Condition(kind, ok, reason, message, generation)
+
+
+def conditions_data(conditions: Iterable[Condition]) -> list[dict[str, Any]]:
+    """``conditions`` as a ``status.conditions`` list."""
+    return [c.as_dict() for c in conditions]
+
+
+_T = TypeVar("_T")
+
+#: A reference (``parentRef``, ``ancestorRef``) as frozen ``(field, value)`` pairs, in field order.
+Ref = tuple[tuple[str, Any], ...]
+
+
+def ref_of(data: Mapping[str, Any]) -> Ref:
+    """``data`` (a reference of strings and numbers) as a :data:`Ref`."""
+    return tuple(data.items())
+
+
+@dataclass(frozen=True, slots=True)
+class ParentStatus:
+    """One entry of a route's (or a v1.6 XBackend's) ``status.parents``."""
+
+    #: The key the reference is written under.
+    REF_KEY: ClassVar[str] = "parentRef"
+
+    ref: Ref
+    controller_name: str
+    conditions: tuple[Condition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AncestorStatus(ParentStatus):
+    """One entry of a policy's (or a main-shaped XBackend's) ``status.ancestors``."""
+
+    REF_KEY: ClassVar[str] = "ancestorRef"
+
+
+class StatusInterner:
+    """Turns typed statuses into dicts, equal values into one object.
+
+    Statuses are values, never modified once written, and most objects' are
+    alike: the 2,500 routes of one listener have the same ``parentRef`` and
+    conditions, and so the same entry and the same ``status``. At 10,000
+    routes separate copies took 6 MiB. One interner belongs to one
+    translation pass (it rides on the pass's
+    :class:`~weir.translate.backends.BackendResolver`, which every route kind
+    receives); it holds nothing between passes and no module holds one.
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[Hashable, Any] = {}
+
+    def condition(self, cond: Condition) -> dict[str, Any]:
+        return self._intern(cond, cond.as_dict)
+
+    def ref(self, ref: Ref) -> dict[str, Any]:
+        return self._intern(("ref", ref), lambda: dict(ref))
+
+    def entry(self, entry: ParentStatus) -> dict[str, Any]:
+        return self._intern(entry, lambda: self._entry_data(entry))
+
+    def entries(self, entries: tuple[ParentStatus, ...]) -> list[dict[str, Any]]:
+        return self._intern(("entries", entries), lambda: [self.entry(e) for e in entries])
+
+    def status(self, key: str, entries: tuple[ParentStatus, ...]) -> dict[str, Any]:
+        return self._intern(("status", key, entries), lambda: {key: self.entries(entries)})
+
+    def _entry_data(self, entry: ParentStatus) -> dict[str, Any]:
+        return {
+            entry.REF_KEY: self.ref(entry.ref),
+            "controllerName": entry.controller_name,
+            "conditions": self._intern(
+                ("conditions", entry.conditions), lambda: [self.condition(c) for c in entry.conditions]
+            ),
+        }
+
+    def one_of(self, value: _T) -> _T:
+        """The first value equal to ``value`` this pass saw (for any hashable frozen value)."""
+        return self._intern(("value", value), lambda: value)
+
+    def _intern(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = make()
+        return cast("_T", found)
+
+
+def entry_data(entry: ParentStatus) -> dict[str, Any]:
+    """``entry`` as written, made afresh (for entries that are one of a kind)."""
+    return {
+        entry.REF_KEY: dict(entry.ref),
+        "controllerName": entry.controller_name,
+        "conditions": conditions_data(entry.conditions),
+    }
 
 
 def parents_status(
     previous: Mapping[str, Any] | None,
     controller_name: str,
-    ours: list[dict[str, Any]],
+    ours: Sequence[ParentStatus],
     *,
     key: str = "parents",
     limit: int = MAX_PARENTS,
-    unique: bool = False,
+    interner: StatusInterner | None = None,
 ) -> dict[str, Any] | None:
     """``{key: [...]}``: other controllers' entries as written, then weir's ``ours``.
 
-    ``key`` is ``parents`` (routes, XBackends) or ``ancestors`` (policies).
-    At most ``limit`` entries. ``None`` when there is nothing to write: weir
-    has no entry now and had none before. When weir had entries and now has
-    none, the result removes them. Equal results are one object (see
-    :func:`parent_entry`), unless ``unique`` says ``ours`` are one of a kind.
+    This is where typed statuses become dicts. ``key`` is ``parents``
+    (routes, XBackends) or ``ancestors`` (policies). At most ``limit``
+    entries. ``None`` when there is nothing to write: weir has no entry now
+    and had none before. When weir had entries and now has none, the result
+    removes them. With an ``interner``, equal results are one object (when
+    no other controller wrote entries); without, every part is made afresh
+    (for entries that are one of a kind, where sharing would only fill the
+    table).
     """
     written = _written_entries(previous, key)
     others = [p for p in written if p.get("controllerName") != controller_name]
     if not ours and len(others) == len(written):
         return None
-    if unique:  # ``ours`` are one of a kind (see parent_entry)
-        return {key: (others + ours)[:limit]}
-    entries = _shared_list((others + ours)[:limit])
-    return _share((key, id(entries)), {key: entries})  # type: ignore[no-any-return]
+    if interner is None:
+        return {key: (others + [entry_data(e) for e in ours])[:limit]}
+    if not others:
+        return interner.status(key, tuple(ours[:limit]))
+    mine = [interner.entry(e) for e in ours]
+    return {key: (others + mine)[:limit]}
 
 
-_REF_FIELD = {"parents": "parentRef", "ancestors": "ancestorRef"}
+_REF_FIELD = MappingProxyType({"parents": "parentRef", "ancestors": "ancestorRef"})
 
 
 def _written_entries(previous: Mapping[str, Any] | None, key: str) -> list[dict[str, Any]]:
@@ -140,9 +261,9 @@ def _well_formed(entry: Any, ref: str) -> bool:
 
 
 #: An XBackend's status list and reference keys in each shape of its CRD (v1.6, upstream main).
-XBACKEND_STATUS_KEYS: dict[str, tuple[str, str]] = {
-    shape: (schema.status_list, schema.status_ref) for shape, schema in XBACKEND_SCHEMAS.items()
-}
+XBACKEND_STATUS_KEYS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {shape: (schema.status_list, schema.status_ref) for shape, schema in XBACKEND_SCHEMAS.items()}
+)
 
 
 def reshape_xbackend_status(status: Mapping[str, Any], shape: str) -> dict[str, Any]:
@@ -163,77 +284,6 @@ def reshape_xbackend_status(status: Mapping[str, Any], shape: str) -> dict[str, 
             entries.append(entry)
     out[to_list] = entries[:MAX_PARENTS]
     return out
-
-
-#: Status parts already made (see :func:`parent_entry`), by content; emptied when it reaches
-#: :data:`_SHARED_MAX` entries, which bounds it and costs only some sharing.
-_SHARED: dict[tuple[Any, ...], Any] = {}
-_SHARED_MAX = 1 << 15
-
-
-def parent_entry(
-    parent_ref: dict[str, Any],
-    controller_name: str,
-    conditions: list[Condition],
-    *,
-    unique: bool = False,
-    ref_key: str = "parentRef",
-) -> dict[str, Any]:
-    """One ``status.parents`` (or ``ancestors``) entry; equal entries are one object.
-
-    Statuses are values, never modified once made, and most objects' are
-    alike: the 2,500 routes of one listener have the same ``parentRef`` and
-    conditions (:func:`condition` shares those), and so the same entry and
-    the same ``status``. At 10,000 routes separate copies took 6 MiB.
-    ``parent_ref`` holds strings and numbers only. ``unique``: the entry is
-    known to be one of a kind (its conditions name the object), so only its
-    ``parentRef`` is looked up; recording it would only fill the table.
-    ``ref_key`` names the reference: ``parentRef``, or ``ancestorRef`` in
-    an XBackend of upstream main's shape (only with ``unique``).
-    """
-    ref = _share(("ref", *parent_ref.items()), parent_ref)
-    if unique:
-        return {ref_key: ref, "controllerName": controller_name, "conditions": conditions}
-    assert ref_key == "parentRef", "shared entries are parentRef entries"
-    conds = _shared_list(conditions)
-    key = ("entry", id(ref), controller_name, id(conds))
-    found = _SHARED.get(key)
-    if found is None:
-        found = _share(key, {"parentRef": ref, "controllerName": controller_name, "conditions": conds})
-    return found  # type: ignore[no-any-return]
-
-
-def _shared_list(items: list[Any]) -> list[Any]:
-    """``items`` (dicts) or the equal list made before: named by their identities, which the list in
-    the table keeps alive, so no other object can have them meanwhile."""
-    return _share(("list", *map(id, items)), items)  # type: ignore[no-any-return]
-
-
-def _share(key: tuple[Any, ...], part: Any) -> Any:
-    found = _SHARED.get(key)
-    if found is not None:
-        return found
-    if len(_SHARED) >= _SHARED_MAX:
-        _SHARED.clear()
-    _SHARED[key] = part
-    return part
-
-
-@functools.lru_cache(maxsize=2048)
-def condition(kind: str, ok: bool, reason: str, message: str, generation: int) -> Condition:
-    """A condition in the Kubernetes shape (without ``lastTransitionTime``).
-
-    Equal conditions are one dict (statuses are values, never modified): most
-    objects' conditions are alike ("Route is accepted", "All references
-    resolved"), and at 10,000 routes separate copies took 6 MiB.
-    """
-    return {
-        "type": kind,
-        "status": "True" if ok else "False",
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
 
 
 @dataclass(frozen=True)
@@ -349,32 +399,36 @@ def apply_data_plane(
             if state.rejects(sockets):
                 rejected = True
                 message = f"Envoy rejected the configuration: {state.rejection_text}"
-                new = condition(PROGRAMMED, False, R_INVALID, message, generation)
+                new = condition(PROGRAMMED, False, R_INVALID, message, generation).as_dict()
             elif answered and not missing:
                 programmed_listeners += 1
-                new = condition(PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving this listener", generation)
+                new = condition(
+                    PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving this listener", generation
+                ).as_dict()
             else:
                 waiting = True
                 where = ", ".join(f"{a}:{p}" for a, p in missing) or "the listener"
                 new = condition(
                     PROGRAMMED, False, R_PENDING, f"Waiting for Envoy to bind {where}", generation
-                )
+                ).as_dict()
             _replace(conds, new)
         conds = status["conditions"]
         generation = _generation(conds)
         if rejected and unusable and refused <= state.unusable_sockets:
             message = _unusable_message(unusable, served=len(unusable) < len({a for a, _ in own}))
-            new = condition(PROGRAMMED, False, R_ADDRESS_NOT_USABLE, message, generation)
+            new = condition(PROGRAMMED, False, R_ADDRESS_NOT_USABLE, message, generation).as_dict()
         elif rejected or (state.rejection is not None and not state.rejected_sockets):
             message = (
                 "Envoy rejected the configuration; the previous configuration keeps serving: "
                 f"{state.rejection_text}"
             )
-            new = condition(PROGRAMMED, False, R_INVALID, message, generation)
+            new = condition(PROGRAMMED, False, R_INVALID, message, generation).as_dict()
         elif programmed_listeners and not waiting:
-            new = condition(PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving every listener", generation)
+            new = condition(
+                PROGRAMMED, True, R_PROGRAMMED, "Envoy is serving every listener", generation
+            ).as_dict()
         elif _is_true(conds, ACCEPTED):
-            new = condition(PROGRAMMED, False, R_PENDING, PENDING_MESSAGE, generation)
+            new = condition(PROGRAMMED, False, R_PENDING, PENDING_MESSAGE, generation).as_dict()
         else:
             continue
         _replace(conds, new)
@@ -394,15 +448,15 @@ def _unusable_message(addresses: list[str], *, served: bool) -> str:
     return message + ("; the Gateway's other addresses are served" if served else "")
 
 
-def _is_true(conds: list[Condition], kind: str) -> bool:
+def _is_true(conds: list[dict[str, Any]], kind: str) -> bool:
     return any(c["type"] == kind and c["status"] == "True" for c in conds)
 
 
-def _generation(conds: list[Condition]) -> int:
+def _generation(conds: list[dict[str, Any]]) -> int:
     return int(conds[0]["observedGeneration"]) if conds else 1
 
 
-def _replace(conds: list[Condition], new: Condition) -> None:
+def _replace(conds: list[dict[str, Any]], new: dict[str, Any]) -> None:
     for i, cond in enumerate(conds):
         if cond["type"] == new["type"]:
             conds[i] = new

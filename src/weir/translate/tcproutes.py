@@ -16,51 +16,44 @@ the connections instead.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP, ParentReference
+from weir.api.gateway_v1 import GROUP
 from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
-from weir.translate import status as st
+from weir.translate.attachment import (
+    RouteParent,
+    RouteTable,
+    count_attached,
+    parent_index,
+    route_parent_entry,
+    route_parents,
+    route_precedence,
+    route_status,
+)
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext, ListenerContext
-from weir.translate.routes import (
-    Refusal,
-    RouteTable,
-    allowed_listeners,
-    parent_index,
-    parent_refs,
-    route_parent_entry,
-)
 
 #: A route of either kind: they share their schema.
 RelayRoute = TCPRoute | UDPRoute
 
 
 @dataclass
-class _Parent:
-    """One parentRef of a route to a Gateway weir manages (or to one that does not exist)."""
-
-    ref: ParentReference
-    accepted: st.Condition
-    listeners: list[ListenerContext]
-
-
-@dataclass
 class _Route:
     route: RelayRoute
-    parents: list[_Parent]
+    parents: list[RouteParent]
     backends: tuple[ir.WeightedBackend, ...]
     failure: RefFailure | None
 
     @property
     def precedence(self) -> tuple[str, str, str]:
-        return (self.route.metadata.creation_timestamp or "", self.route.namespace, self.route.name)
+        return route_precedence(self.route)
 
 
 def translate_tcp_routes(
@@ -107,13 +100,10 @@ def _translate(
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in routes_in:
-        parents: list[_Parent] = []
-        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
-            accepted, listeners = _attach(resources, route, ref, ctx, gw_key)
-            parents.append(_Parent(ref, accepted, listeners))
+        parents = route_parents(resources, route, by_key, existing, RELAY_KIND)
         if not parents:
-            stale = st.parents_status(route.status, controller_name, [])
-            if stale is not None:  # weir's entries for Gateways the route no longer names
+            stale = route_status(route, controller_name, [], resolver.interner)
+            if stale is not None:
                 statuses[route.key] = stale
             continue
         gateways_used = {lc.gateway.key for p in parents for lc in p.listeners}
@@ -127,12 +117,9 @@ def _translate(
             for lc in parent.listeners:
                 winners.setdefault(id(lc), entry)
     for entry in routes:
-        counted: set[int] = set()
+        count_attached(entry.parents)
         for parent in entry.parents:
             for lc in parent.listeners:
-                if id(lc) not in counted:
-                    counted.add(id(lc))
-                    lc.attached += 1
                 if winners[id(lc)] is entry:
                     for socket in lc.sockets:
                         forwarding[socket] = entry.backends
@@ -144,42 +131,39 @@ def _translate(
             accepted = parent.accepted
             shadowed = [(lc, winners[id(lc)]) for lc in parent.listeners if winners[id(lc)] is not entry]
             if shadowed:
-                accepted = {**accepted, "message": _shadowed_message(shadowed)}
+                accepted = dataclasses.replace(accepted, message=_shadowed_message(shadowed))
             ours.append(route_parent_entry(route, parent.ref, controller_name, accepted, entry.failure))
-        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
+        statuses[route.key] = route_status(route, controller_name, ours, resolver.interner) or {"parents": []}
     return statuses
 
 
-def _attach(
-    resources: Resources,
-    route: RelayRoute,
-    ref: ParentReference,
-    ctx: GatewayContext | None,
-    gw_key: ObjectKey,
-) -> tuple[st.Condition, list[ListenerContext]]:
-    gen = route.metadata.generation
+class RelayRouteKind:
+    """TCPRoute's and UDPRoute's side of :class:`~weir.translate.attachment.RouteKind`: every allowed
+    listener takes the route (a connection carries no hostname), which must have exactly one rule."""
 
-    def refuse(reason: str, message: str) -> tuple[st.Condition, list[ListenerContext]]:
-        return st.condition(st.ACCEPTED, False, reason, message, gen), []
+    by_hostname = False
 
-    kind, what = route.KIND, "a TCP connection" if isinstance(route, TCPRoute) else "a UDP datagram"
-    unsupported = None
-    if len(route.spec.rules) != 1:
-        unsupported = (
-            f"spec.rules has {len(route.spec.rules)} rules; {what} carries nothing to choose "
-            f"a rule by, so weir serves {kind}s with exactly one rule (as {GROUP}/v1 requires): "
-            f"merge the backendRefs into one rule, or use one {kind} per listener"
-        )
-    elif isinstance(route, UDPRoute) and sum(1 for r in route.spec.rules[0].backend_refs if r.weight > 0) > 1:
-        unsupported = (
-            "spec.rules[0].backendRefs has several backends of non-zero weight; weir sends each UDP "
-            "session to one backend and does not split datagrams by weight: keep one (or give the "
-            "others weight 0)"
-        )
-    allowed = allowed_listeners(resources, route, ref, ctx, gw_key, unsupported)
-    if isinstance(allowed, Refusal):
-        return refuse(allowed.reason, allowed.message)
-    return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), allowed
+    def unsupported(self, route: RelayRoute) -> str | None:
+        kind, what = route.KIND, "a TCP connection" if isinstance(route, TCPRoute) else "a UDP datagram"
+        if len(route.spec.rules) != 1:
+            return (
+                f"spec.rules has {len(route.spec.rules)} rules; {what} carries nothing to choose "
+                f"a rule by, so weir serves {kind}s with exactly one rule (as {GROUP}/v1 requires): "
+                f"merge the backendRefs into one rule, or use one {kind} per listener"
+            )
+        if (
+            isinstance(route, UDPRoute)
+            and sum(1 for r in route.spec.rules[0].backend_refs if r.weight > 0) > 1
+        ):
+            return (
+                "spec.rules[0].backendRefs has several backends of non-zero weight; weir sends each UDP "
+                "session to one backend and does not split datagrams by weight: keep one (or give the "
+                "others weight 0)"
+            )
+        return None
+
+
+RELAY_KIND = RelayRouteKind()
 
 
 def _resolve(

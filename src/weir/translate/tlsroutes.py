@@ -1,7 +1,7 @@
 """TLSRoutes: attachment to TLS listeners by server name, the backends of each name, and route status.
 
 A TLS listener serves the server names (SNI) that its hostname and its
-routes' ``hostnames`` have in common (:func:`weir.translate.routes.intersect_hostnames`):
+routes' ``hostnames`` have in common (:func:`weir.translate.attachment.intersect_hostnames`):
 a route whose hostnames match none of the listener's is not accepted there
 (``NoMatchingListenerHostname``). When several routes claim one server name
 on a listener, the oldest (creation time, then namespace/name) gets its
@@ -18,48 +18,36 @@ connections is closed and the route's ``ResolvedRefs`` says why. In mode
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import ParentReference
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
+from weir.translate.attachment import (
+    RouteParent,
+    RouteTable,
+    count_attached,
+    parent_index,
+    route_parent_entry,
+    route_parents,
+    route_precedence,
+    route_status,
+)
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext, ListenerContext
-from weir.translate.routes import (
-    Refusal,
-    RouteTable,
-    allowed_listeners,
-    intersect_hostnames,
-    parent_index,
-    parent_refs,
-    route_parent_entry,
-)
 from weir.translate.tcproutes import tcp_backends
 
 KIND = "TLSRoute"
 
 
-@dataclass(frozen=True)
-class _Attachment:
-    listener: ListenerContext
-    server_names: tuple[str, ...]
-
-
-@dataclass
-class _Parent:
-    ref: ParentReference
-    accepted: st.Condition
-    attachments: list[_Attachment]
-
-
 @dataclass
 class _Route:
     route: TLSRoute
-    parents: list[_Parent]
+    parents: list[RouteParent]
     #: Backends for listeners that terminate TLS, and for passthrough ones (TLS-originating
     #: upstreams turned into closed shares).
     backends: tuple[ir.WeightedBackend, ...]
@@ -68,7 +56,7 @@ class _Route:
 
     @property
     def precedence(self) -> tuple[str, str, str]:
-        return (self.route.metadata.creation_timestamp or "", self.route.namespace, self.route.name)
+        return route_precedence(self.route)
 
 
 def translate_tls_routes(
@@ -88,13 +76,10 @@ def translate_tls_routes(
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.tls_routes:
-        parents: list[_Parent] = []
-        for ref, ctx, gw_key in parent_refs(route, by_key, existing):
-            accepted, attachments = _attach(resources, route, ref, ctx, gw_key)
-            parents.append(_Parent(ref, accepted, attachments))
+        parents = route_parents(resources, route, by_key, existing, TLS_KIND)
         if not parents:
-            stale = st.parents_status(route.status, controller_name, [])
-            if stale is not None:  # weir's entries for Gateways the route no longer names
+            stale = route_status(route, controller_name, [], resolver.interner)
+            if stale is not None:
                 statuses[route.key] = stale
             continue
         gateways_used = {a.listener.gateway.key for p in parents for a in p.attachments}
@@ -106,17 +91,12 @@ def translate_tls_routes(
     for entry in sorted(routes, key=lambda r: r.precedence):
         for parent in entry.parents:
             for att in parent.attachments:
-                for name in att.server_names:
+                for name in att.hostnames:
                     if winners.setdefault((id(att.listener), name), entry) is entry:
                         lc = att.listener
                         lc.relays[name] = entry.backends if lc.terminates_tls else entry.passthrough_backends
     for entry in routes:
-        counted: set[int] = set()
-        for parent in entry.parents:
-            for att in parent.attachments:
-                if id(att.listener) not in counted:
-                    counted.add(id(att.listener))
-                    att.listener.attached += 1
+        count_attached(entry.parents)
 
     for entry in routes:
         route = entry.route
@@ -126,48 +106,32 @@ def translate_tls_routes(
             shadowed = [
                 (att.listener, name, winners[(id(att.listener), name)])
                 for att in parent.attachments
-                for name in att.server_names
+                for name in att.hostnames
                 if winners[(id(att.listener), name)] is not entry
             ]
             if shadowed:
-                accepted = {**accepted, "message": _shadowed_message(shadowed)}
+                accepted = dataclasses.replace(accepted, message=_shadowed_message(shadowed))
             ours.append(route_parent_entry(route, parent.ref, controller_name, accepted, entry.failure))
-        statuses[route.key] = st.parents_status(route.status, controller_name, ours) or {"parents": []}
+        statuses[route.key] = route_status(route, controller_name, ours, resolver.interner) or {"parents": []}
     return statuses
 
 
-def _attach(
-    resources: Resources,
-    route: TLSRoute,
-    ref: ParentReference,
-    ctx: GatewayContext | None,
-    gw_key: ObjectKey,
-) -> tuple[st.Condition, list[_Attachment]]:
-    gen = route.metadata.generation
+class TlsRouteKind:
+    """TLSRoute's side of :class:`~weir.translate.attachment.RouteKind`: a listener takes the route
+    for the server names both have."""
 
-    def refuse(reason: str, message: str) -> tuple[st.Condition, list[_Attachment]]:
-        return st.condition(st.ACCEPTED, False, reason, message, gen), []
+    by_hostname = True
 
-    allowed = allowed_listeners(resources, route, ref, ctx, gw_key)
-    if isinstance(allowed, Refusal):
-        return refuse(allowed.reason, allowed.message)
-    attachments = []
-    for lc in allowed:
-        names = intersect_hostnames(lc.hostname, route.spec.hostnames)
-        if names:
-            attachments.append(_Attachment(lc, names))
-    if not attachments:
-        return refuse(
-            st.R_NO_MATCHING_LISTENER_HOSTNAME,
-            "None of the route's hostnames matches a listener hostname: "
-            + ", ".join(sorted({lc.hostname or "*" for lc in allowed})),
-        )
-    return st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Route is accepted", gen), attachments
+    def unsupported(self, route: TLSRoute) -> str | None:
+        return None
+
+
+TLS_KIND = TlsRouteKind()
 
 
 def _resolve(
     route: TLSRoute,
-    parents: list[_Parent],
+    parents: list[RouteParent],
     resolver: BackendResolver,
     gateways: set[ObjectKey],
     table: RouteTable,

@@ -31,7 +31,6 @@ from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
-from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -46,9 +45,8 @@ from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
 from weir import ir
-from weir.xds import mcp, redirect_host, session
+from weir.xds import filters
 from weir.xds.common import (
-    CORS_FILTER,
     EGRESS_POLICY_PREFIX,
     MIRROR_CLUSTER_HEADER,
     MIRROR_EGRESS,
@@ -156,39 +154,16 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
     the filters, access log and local replies of MCP tool policies
     (:mod:`weir.xds.mcp`), which routes enable where they apply.
     """
+    needs = filters.ChainNeeds(mcp_tools=mcp_tools)
     hcm = hcm_pb2.HttpConnectionManager(
         # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
         stat_prefix=listener_name.replace(":", "_"),
         # AUTO: HTTP/1.1 and prior-knowledge HTTP/2 (h2c) clients alike.
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads(), route_config_name=route_config_name),
-        http_filters=[
-            # Inert unless a route carries a CORS policy (weir.xds.routes); always present, so
-            # that adding the first CORS policy changes routes, not the listener.
-            hcm_pb2.HttpFilter(name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())),
-            # MCP tool policies: disabled, routes to an upstream with a policy enable them (weir.xds.mcp).
-            *(mcp.http_filters() if mcp_tools else ()),
-            # Disabled; redirect routes enable it so that Location never carries the
-            # port of the request's Host (weir.xds.redirect_host).
-            redirect_host.http_filter(),
-            # Disabled; routes with session persistence enable it (weir.xds.session).
-            session.http_filter(),
-            hcm_pb2.HttpFilter(
-                name="envoy.filters.http.router",
-                typed_config=pack(
-                    router_pb2.Router(
-                        # No x-envoy-* headers on requests leaving, nor on responses.
-                        suppress_envoy_headers=True,
-                        # Dynamic stats stay on: /metrics reads each cluster's responses by
-                        # class (upstream_rq_<N>xx, weir.telemetry). The bootstrap's inclusion
-                        # list drops the rest (per code, internal/external, timings); so they
-                        # cost nothing measurable (lever "dynamic-stats", 0.99 of Envoy's CPU
-                        # per request: bench/results/dataplane-levers-dynamic-stats.json).
-                    )
-                ),
-            ),
-        ],
-        access_log=[_access_log(), *([mcp.access_log()] if mcp_tools else [])],
+        # The chain of the filter registry, in its declared order (weir.xds.filters).
+        http_filters=filters.http_filters(needs),
+        access_log=[_access_log(), *filters.access_logs(needs)],
         # The listener faces clients directly: trust the peer address, not a
         # client-supplied x-forwarded-for, for x-forwarded-for and "internal".
         use_remote_address=wrappers_pb2.BoolValue(value=True),
@@ -202,7 +177,7 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         path_with_escaped_slashes_action=hcm_pb2.HttpConnectionManager.UNESCAPE_AND_REDIRECT,
-        local_reply_config=_local_replies(mcp_tools=mcp_tools),
+        local_reply_config=_local_replies(needs),
         # Declared here, off: Envoy passes an upgrade on only if the connection manager knows
         # its type, and then per route; routes to WebSocket upstreams turn it on (weir.xds.routes).
         upgrade_configs=[
@@ -216,7 +191,7 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
     )
 
 
-def _local_replies(*, mcp_tools: bool) -> Any:
+def _local_replies(needs: filters.ChainNeeds) -> Any:
     """Envoy's own answers, reworded where its default says too little.
 
     The egress guard (an RBAC filter on the cluster) answers ``403 RBAC:
@@ -224,8 +199,8 @@ def _local_replies(*, mcp_tools: bool) -> Any:
     the connection manager that relays that answer, selects it by its
     response code details (a CEL filter: the policy names are weir's) and
     replaces the body with one naming the upstream and the refused address.
-    The MCP tool policy's refusals become JSON-RPC errors the same way
-    (:func:`weir.xds.mcp.local_reply_mappers`).
+    The filter modules add theirs (the MCP tool policy's refusals become
+    JSON-RPC errors the same way: :func:`weir.xds.mcp.local_reply_mappers`).
     """
     denied = cel_pb2.ExpressionFilter(
         expression=f"response.code_details.startsWith('rbac_access_denied_matched_policy[{EGRESS_POLICY_PREFIX}')"
@@ -241,7 +216,7 @@ def _local_replies(*, mcp_tools: bool) -> Any:
         ),
         body_format_override=body,
     )
-    return hcm_pb2.LocalReplyConfig(mappers=[mapper, *(mcp.local_reply_mappers() if mcp_tools else ())])
+    return hcm_pb2.LocalReplyConfig(mappers=[mapper, *filters.local_reply_mappers(needs)])
 
 
 def _access_log(fields: Mapping[str, str] = ACCESS_LOG_FORMAT) -> Any:

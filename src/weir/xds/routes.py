@@ -23,25 +23,23 @@ from typing import Any
 
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
-from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from weir import ir
-from weir.xds import mcp, redirect_host, session
+from weir.xds import filters, mcp
 from weir.xds.common import (
-    CORS_FILTER,
     MIRROR_CLUSTER_HEADER,
     MIRROR_EGRESS,
     TCP_EGRESS,
     cluster_name,
     duration_ms,
     guarded,
-    pack,
     tunnel_authority,
     upstream_of,
 )
+from weir.xds.filters.cors import origin_matcher as origin_matcher  # build re-exports it
 
 #: Upstream protocols no HTTP route may send to, as error messages name them.
 _NOT_HTTP = {ir.UpstreamProtocol.TCP: "raw TCP", ir.UpstreamProtocol.UDP: "UDP"}
@@ -83,7 +81,7 @@ _CONFIGURATION_SETTINGS: dict[str, Any] = {
     "validate_clusters": wrappers_pb2.BoolValue(value=False),
     # Virtual host domains carry no port: ``Host: a.example:8080`` picks ``a.example``, and the
     # backend receives the Host as the client sent it (Gateway API hostname intersection).
-    # Redirects drop the Host's port (weir.xds.redirect_host).
+    # Redirects drop the Host's port (weir.xds.filters.redirect_host).
     "ignore_port_in_host_matching": True,
 }
 
@@ -141,8 +139,8 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     if route.response_headers is not None and not own_response:
         out.response_headers_to_add.extend(_header_options(route.response_headers))
         out.response_headers_to_remove.extend(route.response_headers.remove)
-    if route.cors is not None:
-        out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(_cors_policy(route.cors)))
+    for name, config in filters.per_route_configs(route):  # CORS, redirect host, session (weir.xds.filters)
+        out.typed_per_filter_config[name].CopyFrom(config)
     if isinstance(route.action, ir.DirectResponse):
         response = route_components_pb2.DirectResponseAction(status=route.action.status)
         if route.action.body:
@@ -151,9 +149,6 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         return out
     if isinstance(route.action, ir.Redirect):
         out.redirect.CopyFrom(_redirect(route.name, route.action, route.match))
-        out.typed_per_filter_config[redirect_host.REDIRECT_HOST_FILTER].CopyFrom(
-            redirect_host.per_route_config()
-        )
         return out
 
     forward = route.action
@@ -186,10 +181,6 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
         # A call's grpc-timeout becomes its limit upstream (0: the header's value, uncapped).
         action.max_stream_duration.grpc_timeout_header_max.CopyFrom(duration_ms(0))
     _forward_extras(route, forward, out, upstreams)
-    if forward.session is not None:
-        out.typed_per_filter_config[session.SESSION_FILTER].CopyFrom(
-            session.per_route_config(forward.session)
-        )
     rewrite_host = forward.rewrite.hostname if forward.rewrite is not None else None
     if rewrite_host is not None:
         action.host_rewrite_literal = rewrite_host
@@ -400,7 +391,7 @@ _REDIRECT_CODES = {
 
 def _redirect(name: str, redirect: ir.Redirect, match: ir.RouteMatch) -> Any:
     """A redirect. With no port of its own, Envoy writes the Host header's, which the
-    route's redirect-host filter has removed (:mod:`weir.xds.redirect_host`): ``None`` writes none."""
+    route's redirect-host filter has removed (:mod:`weir.xds.filters.redirect_host`): ``None`` writes none."""
     if redirect.status not in _REDIRECT_CODES:
         raise ValueError(f"route {name!r}: redirect status {redirect.status}")
     out = route_components_pb2.RedirectAction(response_code=_REDIRECT_CODES[redirect.status])
@@ -460,50 +451,6 @@ def fraction(numerator: int, denominator: int) -> Any:
         if scale % denominator == 0:
             return kinds(numerator=numerator * (scale // denominator), denominator=kind)
     return kinds(numerator=round(numerator * 1_000_000 / denominator), denominator=kinds.MILLION)
-
-
-# --------------------------------------------------------------------------
-# CORS
-# --------------------------------------------------------------------------
-
-
-#: Every method a CORS policy can name (with ``*`` and credentials, all are listed).
-_CORS_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
-
-
-_DEFAULT_PORTS = {"http": "80", "https": "443"}
-
-
-def _cors_policy(cors: ir.Cors) -> Any:
-    """The route's CORS policy. Preflights from an origin not allowed are answered, not forwarded."""
-    out = cors_pb2.CorsPolicy(
-        allow_origin_string_match=[origin_matcher(origin) for origin in cors.allow_origins],
-        allow_methods=", ".join(cors.allow_methods),
-        allow_headers=", ".join(cors.allow_headers),
-        expose_headers=", ".join(cors.expose_headers),
-        max_age=str(cors.max_age_s),
-        forward_not_matching_preflights=wrappers_pb2.BoolValue(value=False),
-    )
-    if cors.allow_credentials:
-        out.allow_credentials.value = True
-    return out
-
-
-def origin_matcher(origin: str) -> Any:
-    """An allowed origin: ``*`` any; else scheme, host (``*`` matches any characters) and port,
-    the scheme's default port matching with or without it being written."""
-    if origin == "*":
-        return string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=".*"))
-    scheme, _, authority = origin.partition("://")
-    host, _, port = authority.partition(":")
-    host_regex = ".*".join(re.escape(part) for part in host.split("*"))
-    default = _DEFAULT_PORTS.get(scheme.lower())
-    if not port or port == default:
-        port_regex = f"(:{default})?" if default else ""
-    else:
-        port_regex = ":" + re.escape(port)
-    regex = re.escape(scheme) + "://" + host_regex + port_regex
-    return string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=regex))
 
 
 # --------------------------------------------------------------------------

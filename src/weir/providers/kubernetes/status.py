@@ -36,13 +36,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from weir.api.meta import ObjectKey
+from weir.api.meta import MAX_ANCESTORS, MAX_PARENTS, ObjectKey
 from weir.api.xbackend_v1alpha1 import XBackend
 from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe, is_transient, status_code
 from weir.providers.kubernetes.cache import ObjectCache
 from weir.providers.kubernetes.metrics import KubeMetrics, error_code
 from weir.providers.kubernetes.watch import Backoff, Outage
-from weir.translate.status import MAX_ANCESTORS, MAX_PARENTS
 
 __all__ = ["StatusWriter", "merged_status", "status_limits"]
 

@@ -24,6 +24,7 @@ from google.protobuf import duration_pb2
 
 from weir import ir
 from weir.xds.common import pack
+from weir.xds.filters import HttpFilterModule
 
 #: The filter's name on the connection manager, and the key of its per-route configuration.
 SESSION_FILTER = "envoy.filters.http.stateful_session"
@@ -55,3 +56,15 @@ def per_route_config(session: ir.SessionAffinity) -> Any:
         stateful_session=stateful_session_pb2.StatefulSession(session_state=state, strict=False)
     )
     return pack(route_components_pb2.FilterConfig(config=pack(per_route)))
+
+
+def per_route(route: ir.Route) -> Any | None:
+    """What a route with a session puts under :data:`SESSION_FILTER`, or ``None``."""
+    action = route.action
+    if not isinstance(action, ir.Forward) or action.session is None:
+        return None
+    return per_route_config(action.session)
+
+
+#: Before the router, which picks the session's endpoint.
+FILTER = HttpFilterModule(SESSION_FILTER, 400, lambda needs: [http_filter()], per_route=per_route)

@@ -6,7 +6,6 @@ import dataclasses
 from typing import Any
 
 from unit_manifests import GATEWAY
-
 from weir.api.meta import ObjectKey
 from weir.loader import load_text
 from weir.resources import Resources

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from unit_manifests import GATEWAY
 
+from unit_manifests import GATEWAY
 from weir import ir
 from weir.api.gateway_v1 import GatewayClass
 from weir.cli import app

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from unit_manifests import GATEWAY
+import pytest
 
+from unit_manifests import GATEWAY
 from weir.api.meta import ObjectKey
 from weir.loader import load_text
 from weir.resources import Resources
@@ -33,11 +35,16 @@ class Clock:
 def gateway_status(programmed: bool = False) -> dict[str, Any]:
     return {
         "conditions": [
-            st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "ok", 2),
-            st.condition(st.PROGRAMMED, programmed, st.R_PROGRAMMED if programmed else st.R_PENDING, "m", 2),
+            st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "ok", 2).as_dict(),
+            st.condition(
+                st.PROGRAMMED, programmed, st.R_PROGRAMMED if programmed else st.R_PENDING, "m", 2
+            ).as_dict(),
         ],
         "listeners": [
-            {"name": "http", "conditions": [st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "ok", 2)]},
+            {
+                "name": "http",
+                "conditions": [st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "ok", 2).as_dict()],
+            },
         ],
     }
 
@@ -48,7 +55,7 @@ def route_status(reason: str) -> dict[str, Any]:
             {
                 "parentRef": {"name": "gw"},
                 "controllerName": "weir.dev/gateway-controller",
-                "conditions": [st.condition(st.ACCEPTED, reason == st.R_ACCEPTED, reason, "m", 1)],
+                "conditions": [st.condition(st.ACCEPTED, reason == st.R_ACCEPTED, reason, "m", 1).as_dict()],
             }
         ]
     }
@@ -383,13 +390,32 @@ def test_equal_route_statuses_are_one_object() -> None:
     assert refused["parents"][0]["conditions"][0] is r0["parents"][0]["conditions"][0]  # Accepted
 
 
-def test_sharing_table_is_bounded_and_results_stay_equal(monkeypatch: Any) -> None:
-    expected = _route_statuses()
-    monkeypatch.setattr(st, "_SHARED_MAX", 2)
-    st._SHARED.clear()
-    for _ in range(3):
-        assert _route_statuses() == expected
-        assert len(st._SHARED) <= 2
+def test_two_translations_share_nothing() -> None:
+    """The interner belongs to one pass: a second translation makes its own, equal statuses."""
+    first, second = _route_statuses(), _route_statuses()
+    assert first == second
+    assert first[0] is not second[0]
+    assert first[0]["parents"][0]["conditions"][0] is not second[0]["parents"][0]["conditions"][0]
+
+
+def test_conditions_are_frozen_values() -> None:
+    cond = st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "ok", 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cond.message = "changed"  # type: ignore[misc]
+    assert cond.as_dict() == {
+        "type": "Accepted",
+        "status": "True",
+        "reason": "Accepted",
+        "message": "ok",
+        "observedGeneration": 3,
+    }
+    entry = st.AncestorStatus(st.ref_of({"kind": "Gateway", "name": "gw"}), "c", (cond,))
+    assert st.entry_data(entry) == {
+        "ancestorRef": {"kind": "Gateway", "name": "gw"},
+        "controllerName": "c",
+        "conditions": [cond.as_dict()],
+    }
+    assert entry != st.ParentStatus(entry.ref, "c", (cond,))  # the two forms are never confused
 
 
 # ------------------------------------------------------------------ XBackend status in each CRD shape

@@ -25,7 +25,9 @@ from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
+from weir import ir
 from weir.xds.common import pack
+from weir.xds.filters import HttpFilterModule
 
 #: The filter's name on the connection manager, and the key of its per-route configuration.
 REDIRECT_HOST_FILTER = "envoy.filters.http.lua.redirect_host"
@@ -57,3 +59,12 @@ def http_filter() -> Any:
 def per_route_config() -> Any:
     """What a redirect route puts under :data:`REDIRECT_HOST_FILTER` to enable the filter."""
     return pack(route_components_pb2.FilterConfig(config=pack(lua_pb2.LuaPerRoute(name=_SOURCE))))
+
+
+def per_route(route: ir.Route) -> Any | None:
+    """A redirect route enables the filter; other routes leave it off."""
+    return per_route_config() if isinstance(route.action, ir.Redirect) else None
+
+
+#: Before the router, which builds ``Location`` from the Host it leaves.
+FILTER = HttpFilterModule(REDIRECT_HOST_FILTER, 300, lambda needs: [http_filter()], per_route=per_route)
