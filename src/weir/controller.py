@@ -368,9 +368,10 @@ class Controller:
         self._current.problems = tuple(provider_snapshot.problems)
         try:
             translation = self._translator.translate(provider_snapshot.resources)
-            resources = self._builder.build(translation.ir)
+            built = self._builder.build(translation.ir)
+            resources: dict[str, Mapping[str, Resource]] = dict(built)
             if self._endpoints is not None:
-                resources = {**resources, ENDPOINT: self._endpoints.update(translation.ir)}
+                resources[ENDPOINT] = self._endpoints.update(translation.ir)
         except Exception as exc:  # a bug must not take down the configuration being served
             self.telemetry.translation(time.perf_counter() - started, failed=True)
             log.exception("translation failed; the previous configuration keeps serving")
@@ -530,7 +531,7 @@ class Controller:
         last = self._published
         answers = self._endpoints.generation if self._endpoints is not None else 0
         if last is None or last[0] is not current.translation or last[1] != state or last[2] != answers:
-            statuses = apply_data_plane(
+            statuses: Mapping[ObjectKey, dict[str, Any]] = apply_data_plane(
                 current.translation.statuses, current.translation.gateway_sockets, state
             )
             if self._endpoints is not None:

@@ -180,9 +180,7 @@ class ExternalEndpoints:
         if self._splits.get(cluster) != split:
             self._splits[cluster] = split
             self.generation += 1
-        message = load_assignment(
-            cluster, want.hostname, want.port, allowed, denied, protocol=want.protocol
-        )
+        message = load_assignment(cluster, want.hostname, want.port, allowed, denied, protocol=want.protocol)
         into[cluster] = Resource.of(message, cluster)
 
     def _answered(self, answer: Answer) -> None:

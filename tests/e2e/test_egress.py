@@ -159,8 +159,9 @@ async def test_forbidden_address_gets_403_with_reason_and_no_connection(
     # The XBackend itself is fine: the guard acts on the address, not on the object; its status says.
     accepted = xbackend_accepted(weir, "api")
     assert accepted["status"] == "True"
-    assert f"every address {API_HOST} resolves to is denied: {FORBIDDEN_IP} (in denied network" in (
-        accepted["message"]
+    assert (
+        f"every address {API_HOST} resolves to is denied: {FORBIDDEN_IP} (in denied network"
+        in (accepted["message"])
     )
 
     assert await denied_count(weir) == 3
@@ -179,7 +180,9 @@ async def test_forbidden_address_gets_403_with_reason_and_no_connection(
     assert len(entries) == 3, entries
     for entry in entries:
         assert entry["response_code"] == 403
-        assert entry["upstream_host"] == f"envoy://weir-egress-denied/{FORBIDDEN_IP}:{port} in {DENIED_REASON}"
+        assert (
+            entry["upstream_host"] == f"envoy://weir-egress-denied/{FORBIDDEN_IP}:{port} in {DENIED_REASON}"
+        )
 
 
 async def test_mixed_answer_never_reaches_the_forbidden_address(

@@ -161,9 +161,7 @@ async def test_envoy_keeps_every_stat_weir_reads_and_little_else(ads: AdsServer,
     read = {n for n in every if any(re2.fullmatch(p, n) for p in ENVOY_STATS_USED)}
     for cluster in ("xbackend/default/api", "service/default/web/80"):
         read |= {f"cluster.{cluster}.upstream_rq_{c}xx" for c in range(1, 6)}
-        read |= {
-            f"cluster.{cluster}.{s}" for s in ("ssl.fail_verify_error", "ssl.fail_verify_san")
-        }
+        read |= {f"cluster.{cluster}.{s}" for s in ("ssl.fail_verify_error", "ssl.fail_verify_san")}
     read.add(EGRESS_REFUSED_STAT)
     read |= {
         f"http.{p}.downstream_rq_{c}xx"

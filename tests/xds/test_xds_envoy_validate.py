@@ -70,7 +70,9 @@ def _static(cluster: dict[str, Any]) -> dict[str, Any]:
     del cluster["edsClusterConfig"]
     cluster["type"] = "STATIC"
     allowed = endpoints.load_assignment(cluster["name"], "api.example.com", 443, ["192.0.2.1"])
-    denied = endpoints.load_assignment(cluster["name"], "api.example.com", 443, [], [("10.0.0.1", "10.0.0.0/8")])
+    denied = endpoints.load_assignment(
+        cluster["name"], "api.example.com", 443, [], [("10.0.0.1", "10.0.0.0/8")]
+    )
     allowed.endpoints[0].lb_endpoints.extend(denied.endpoints[0].lb_endpoints)
     cluster["loadAssignment"] = json_format.MessageToDict(allowed)
     return cluster

@@ -53,6 +53,7 @@ from weir.xds.common import (
     guarded,
     upstream_of,
 )
+from weir.xds.endpoints import EGRESS_DENIED, egress_denied_listener
 from weir.xds.listeners import (
     ACCESS_LOG_FORMAT,
     EGRESS_DENIED_BODY,
@@ -76,7 +77,6 @@ from weir.xds.routes import (
     tcp_egress_routes,
 )
 from weir.xds.secrets import envoy_secret, redact
-from weir.xds.endpoints import EGRESS_DENIED, egress_denied_listener
 from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET
 
 __all__ = [
@@ -107,9 +107,11 @@ def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
     """Envoy resources for ``ir_``: type URL → resource name → message.
 
     Every type URL of :mod:`weir.xds.snapshot` is present, possibly empty
-    (endpoints always: the controller adds them, :mod:`weir.xds.endpoints`); names are inserted in sorted order. Raises :class:`ValueError` when
-    the IR breaks its own contract (a duplicate name, a reference to an
-    upstream or secret that does not exist or is of the wrong kind, TLS
+    (endpoints always are: the controller adds them,
+    :mod:`weir.external_endpoints`); names are inserted in sorted order.
+    Raises :class:`ValueError` when the IR breaks its own contract (a
+    duplicate name, a reference to an upstream or secret that does not
+    exist or is of the wrong kind, TLS
     without a trust source or without names to verify): such an IR is a bug
     in translation, and serving it could be insecure or fail silently.
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
-from envoy.config.core.v3 import address_pb2, extension_pb2
+from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.filters.http.credential_injector.v3 import credential_injector_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
@@ -40,7 +40,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
-from google.protobuf import duration_pb2, wrappers_pb2
+from google.protobuf import wrappers_pb2
 
 from weir import ir
 from weir.xds.common import (

@@ -54,7 +54,10 @@ def load_assignment(
     *,
     protocol: ir.UpstreamProtocol = ir.UpstreamProtocol.HTTP1,
 ) -> Any:
-    """The assignment of ``cluster``: ``allowed`` addresses on ``port``; none: :data:`EGRESS_DENIED`.
+    """The assignment of ``cluster``: ``allowed`` addresses on ``port``; only denied: :data:`EGRESS_DENIED`.
+
+    A name without addresses (``NXDOMAIN``, an empty answer) has no
+    endpoint: Envoy answers 503, as for any backend without an address.
 
     ``allowed`` is in the resolver's order; the endpoints are sorted, so an
     answer that only changes order is the same resource (and no push).
@@ -66,7 +69,7 @@ def load_assignment(
     for address in sorted(set(allowed)):
         endpoint = endpoint_components_pb2.Endpoint(address=socket_address(address, port), hostname=hostname)
         endpoints.append(endpoint_components_pb2.LbEndpoint(endpoint=endpoint))
-    if not endpoints and protocol is not ir.UpstreamProtocol.UDP:
+    if not endpoints and denied and protocol is not ir.UpstreamProtocol.UDP:
         endpoint = endpoint_components_pb2.Endpoint(hostname=hostname)
         endpoint.address.envoy_internal_address.server_listener_name = EGRESS_DENIED
         endpoint.address.envoy_internal_address.endpoint_id = denied_reason(port, denied)
