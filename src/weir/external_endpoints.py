@@ -60,13 +60,15 @@ class Split:
     """What the latest answer of a cluster's name made of it.
 
     ``allowed``: the endpoints; ``denied``: ``(address, network)`` left out;
-    ``error``: why the latest lookup failed (the previous answer is kept).
+    ``error``: why the latest lookup failed (the previous answer is kept);
+    ``resolved``: whether any lookup succeeded yet.
     """
 
     hostname: str
     allowed: tuple[str, ...]
     denied: tuple[tuple[str, str], ...]
     error: str | None
+    resolved: bool = True
 
     def note(self) -> str | None:
         """A sentence for the XBackend's status, or ``None`` when there is nothing to say."""
@@ -84,7 +86,8 @@ class Split:
                     "requests are answered 403 and no connection is made"
                 )
         if self.error is not None:
-            parts.append(f"resolving {self.hostname} failed ({self.error}); the last good answer is kept")
+            kept = "the last good answer is kept" if self.resolved else "no address yet (503)"
+            parts.append(f"resolving {self.hostname} failed ({self.error}); {kept}")
         return "; ".join(parts) or None
 
 
@@ -132,7 +135,9 @@ class ExternalEndpoints:
 
         A cluster without an answer yet has no assignment: Envoy keeps it
         warming (requests to it wait) until the first one, as it did for a
-        DNS cluster's first resolution.
+        DNS cluster's first resolution. A first lookup that fails is an
+        answer without addresses (503, and the status says why) until one
+        succeeds, so a silent DNS server does not hold Envoy warming.
         """
         now = wanted(ir_)
         if now == self._wanted:
@@ -168,13 +173,13 @@ class ExternalEndpoints:
 
     def _assign(self, cluster: str, want: Wanted, into: dict[str, Resource]) -> None:
         answer = self._resolver.answer(want.hostname, want.dns)
-        if answer is None or not answer.resolved:
+        if answer is None:
             into.pop(cluster, None)
             if self._splits.pop(cluster, None) is not None:
                 self.generation += 1
             return
         allowed, denied = answer.split(want.denied_networks)
-        split = Split(want.hostname, allowed, denied, answer.error)
+        split = Split(want.hostname, allowed, denied, answer.error, answer.resolved)
         if denied and split != self._splits.get(cluster):
             log.warning("%s: %s", cluster, split.note())
         if self._splits.get(cluster) != split:

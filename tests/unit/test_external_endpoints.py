@@ -163,3 +163,16 @@ def test_statuses_get_the_note_in_accepted_for_both_crd_shapes() -> None:
     quiet_key = ObjectKey("XBackend", "default", "quiet")
     assert out[quiet_key] is statuses[quiet_key]
     assert condition["message"] == "Accepted."  # the given statuses are values: never changed
+
+
+async def test_a_first_lookup_that_fails_is_an_empty_assignment_not_a_warming_cluster(dns: DnsStub) -> None:
+    keeper = ExternalEndpoints(lambda: None, Resolver(lambda a: None, min_ttl=0.05))
+    the = the_ir(dns, ("api", NAME))
+    await dns.stop()
+    try:
+        keeper.update(the)
+        await until(lambda: keeper.resources)
+        assert addresses(keeper.resources["xbackend/default/api"]) == []
+        assert "no address yet" in (keeper.answers()["xbackend/default/api"].note() or "")
+    finally:
+        await keeper.close()
