@@ -88,7 +88,7 @@ class Split:
         if self.error is not None:
             kept = "the last good answer is kept" if self.resolved else "no address yet (503)"
             parts.append(f"resolving {self.hostname} failed ({self.error}); {kept}")
-        return "; ".join(parts) or None
+        return f"DNS: {'; '.join(parts)}." if parts else None
 
 
 def wanted(ir_: ir.IR) -> dict[str, Wanted]:
