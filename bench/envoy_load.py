@@ -60,6 +60,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import controlplane as cp
+import controlplane_shapes as shapes
 
 VARIANTS = ("weir", "kept-eager", "regex-stats", "all-deferred", "all-stats", "no-stats")
 #: Variants that change the resources as well (not only the bootstrap).
@@ -167,7 +168,7 @@ def without(snapshot: Any, variant: str) -> Any:
 
 
 async def measure(
-    snapshot: Any, variant: str, workdir: Path, probe: tuple[int, str, str], timeout: float, dns_clusters: Any
+    snapshot: Any, variant: str, workdir: Path, probe: Any, timeout: float, dns_clusters: Any
 ) -> dict[str, float]:
     from weir.envoy import EnvoyProcess, bootstrap
     from weir.xds.server import AdsServer
@@ -185,7 +186,7 @@ async def measure(
         snapshot = without(snapshot, variant)
     ads.set_snapshot(snapshot)
     envoy = EnvoyProcess(config, run_dir=run / "envoy", ready_timeout=timeout, concurrency=concurrency)
-    prober = cp.Prober()
+    prober = shapes.Prober()
     out: dict[str, float] = {}
     try:
         started = time.perf_counter()
@@ -195,11 +196,10 @@ async def measure(
         if not result.acked:
             raise RuntimeError(f"{variant}: not accepted: {result}")
         out["acked_s"] = time.perf_counter() - started
-        port, path, host = probe
         deadline = time.perf_counter() + timeout
-        while not cp.probe_expect(prober, port, path, host):
+        while not prober.answers(probe):
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"{variant}: {path} not served")
+                raise RuntimeError(f"{variant}: {probe.path} not served")
             await asyncio.sleep(0.01)
         out["served_s"] = time.perf_counter() - started
         await asyncio.sleep(0.5)  # let Envoy settle before reading its memory
@@ -237,9 +237,10 @@ def main() -> int:
     try:
         _, upstream_port = cp.start_upstream(procs, workdir, cp.free_ports(1)[0])
         dns_port = cp.start_dns(procs)
-        ports = cp.free_ports(cp.LISTENERS)
+        shape = shapes.SHAPES["path"]
+        ports = cp.free_ports(shapes.PATH_LISTENERS)
         folder = workdir / "manifests"
-        cp.generate(folder, opts.n, ports, upstream_port)
+        shape.generate(folder, opts.n, ports, upstream_port, shapes.make_pki(workdir))
         settings = Settings(dns_resolvers=(("127.0.0.1", dns_port),), egress_denied_cidrs=(cp.DENIED,))
         ir_ = translate(FilesProvider([str(folder)]).load().resources, settings).ir
         upstreams = {u.name: u for u in ir_.upstreams}
@@ -247,7 +248,7 @@ def main() -> int:
         snapshot = Snapshot(snapshot_version(resources), resources)
         dns_clusters = as_dns_clusters(snapshot, upstreams, ir_.dns)
         last = opts.n - 1
-        probe = (ports[last % cp.LISTENERS], f"/r{last}/v1/probe", cp.backend_host(last))
+        probe = shape.probe(last, opts.n, ports)
         for round_ in range(opts.rounds):
             order = variants[round_ % len(variants) :] + variants[: round_ % len(variants)]
             for variant in order:
