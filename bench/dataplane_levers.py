@@ -13,17 +13,13 @@ them remove protections weir must keep (they measure what those cost).
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from envoy.config.bootstrap.v3 import bootstrap_pb2  # noqa: F401 - registers bootstrap types
-from envoy.config.rbac.v3 import rbac_pb2
-from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
-from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_matcher_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from google.protobuf.message import Message
 
@@ -137,34 +133,6 @@ def _text_access_log(hcm: Any) -> None:
 
 #: The default denied networks before weir.addresses (11 networks, IPv4-mapped forms only):
 #: what the longer list (29 networks and every embedded form) costs per request.
-_OLD_DENIED = (
-    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16",
-    "::/128", "::1/128", "fc00::/7", "fe80::/10",
-)  # fmt: skip
-
-
-def _old_guard(options: Any) -> None:
-    for http_filter in options.http_filters:
-        if http_filter.name != "weir.egress_guard":
-            continue
-        rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY)
-        for cidr in _OLD_DENIED:
-            net = ipaddress.ip_network(cidr)
-            ranges = [(str(net.network_address), net.prefixlen)]
-            if net.version == 4:
-                ranges.append((f"::ffff:{net.network_address}", 96 + net.prefixlen))
-            policy = rules.policies[f"weir-denied-network:{net}"]
-            policy.principals.add(any=True)
-            for address, length in ranges:
-                matcher = upstream_ip_port_matcher_pb2.UpstreamIpPortMatcher()
-                matcher.upstream_ip.address_prefix = address
-                matcher.upstream_ip.prefix_len.value = length
-                permission = policy.permissions.add()
-                permission.matcher.name = "envoy.rbac.matchers.upstream_ip_port"
-                permission.matcher.typed_config.Pack(matcher)
-        http_filter.typed_config.Pack(rbac_filter_pb2.RBAC(rules=rules), deterministic=True)
-
-
 LEVERS: dict[str, Callable[[Resources], None]] = {
     # A control: weir unchanged, to see how far apart two identical configs measure.
     "same": lambda r: None,
@@ -184,8 +152,6 @@ LEVERS: dict[str, Callable[[Resources], None]] = {
     "no-local-reply": lambda r: _each_hcm(r, lambda h: h.ClearField("local_reply_config")),
     "no-remote-address": lambda r: _each_hcm(r, lambda h: h.ClearField("use_remote_address")),
     "no-normalize": lambda r: _each_hcm(r, _no_normalize),
-    "no-guard": lambda r: _each_http_options(r, _drop_upstream_filter("weir.egress_guard")),
-    "guard-old-list": lambda r: _each_http_options(r, _old_guard),
     "no-strip": lambda r: _each_http_options(r, _drop_upstream_filter("weir.strip_internal_headers")),
     "no-upstream-filters": lambda r: _each_http_options(r, lambda o: o.ClearField("http_filters")),
     "no-route-header-removal": _no_route_header_removal,

@@ -20,15 +20,18 @@ once in this process and served by weir's own ADS server
 * ``all-deferred``: every stat, traffic stats deferred;
 * ``all-stats``: every stat, created with its cluster (Envoy's defaults);
 * ``no-stats``: ``stats_matcher.reject_all`` (the floor);
-* ``weir+shared-dns``: weir's bootstrap, with the clusters' DNS resolver
-  configuration moved into the bootstrap, so that every cluster shares Envoy's
-  one resolver instead of creating its own (an experiment);
+* ``weir-dns``: weir's configuration with every EDS cluster of an external
+  hostname made the DNS cluster weir built before it resolved names itself
+  (Envoy's DNS cluster extension, c-ares with the same resolvers): what
+  resolving in weir saves Envoy at start (issue 14);
 * ``weir+concurrency-1``: weir's bootstrap, one Envoy worker thread instead of two;
 * ``weir-upstream-filters``: weir's configuration without the clusters' upstream HTTP
   filters (egress guard, header removal, codec): what that chain costs Envoy to load
   (an experiment: weir never serves this);
-* ``weir-static``: weir's configuration with every DNS cluster made a static one (the
-  endpoint 127.0.0.1): what DNS clusters cost Envoy to load (an experiment).
+
+``weir`` serves each external hostname's assignment (EDS, the address the
+DNS responder gives, as weir's resolver would) with the clusters; weir's own
+lookups are not part of Envoy's start (they run in weir, 256 at a time).
 
 For each: Envoy start → ready (``/ready``), → every type ACKed (the whole
 configuration accepted; CDS is ACKed once every cluster has warmed, DNS
@@ -57,10 +60,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import controlplane as cp
+import controlplane_shapes as shapes
 
 VARIANTS = ("weir", "kept-eager", "regex-stats", "all-deferred", "all-stats", "no-stats")
 #: Variants that change the resources as well (not only the bootstrap).
-RESOURCE_VARIANTS = ("weir+shared-dns", "weir+concurrency-1", "weir-upstream-filters", "weir-static")
+RESOURCE_VARIANTS = ("weir-dns", "weir+concurrency-1", "weir-upstream-filters")
 
 
 def variant_bootstrap(config: dict[str, Any], variant: str) -> dict[str, Any]:
@@ -86,31 +90,65 @@ def variant_bootstrap(config: dict[str, Any], variant: str) -> dict[str, Any]:
     return config
 
 
-def shared_dns(snapshot: Any) -> tuple[Any, dict[str, Any]]:
-    """``snapshot`` with no cluster resolver of its own, and the (one) resolver for the bootstrap."""
+def as_dns_clusters(snapshot: Any, upstreams: dict[str, Any], dns: Any) -> Any:
+    """``snapshot`` with the EDS clusters of external hostnames made DNS clusters, as weir built them
+    before it resolved names itself (and without their assignments)."""
     from envoy.config.cluster.v3 import cluster_pb2
+    from envoy.extensions.clusters.common.dns.v3 import dns_pb2
     from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
-    from google.protobuf import json_format
+    from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
+    from google.protobuf import duration_pb2
 
-    from weir.xds.snapshot import CLUSTER, Resource, Snapshot
+    from weir.xds.common import socket_address
+    from weir.xds.snapshot import CLUSTER, ENDPOINT, Resource, Snapshot
 
-    resolver: dict[str, Any] = {}
+    resolver = cares_dns_resolver_pb2.CaresDnsResolverConfig()
+    resolver.query_timeout_seconds.value = max(1, dns.lookup_timeout_ms // 1000)
+    resolver.query_tries.value = 1
+    resolver.dns_resolver_options.no_default_search_domain = True
+    resolver.resolvers.extend(socket_address(host, port) for host, port in dns.resolvers)
+    cluster_config = dns_cluster_pb2.DnsCluster(
+        dns_lookup_family=dns_pb2.V4_PREFERRED,
+        respect_dns_ttl=True,
+        dns_failure_refresh_rate=dns_cluster_pb2.DnsCluster.RefreshRate(
+            base_interval=duration_pb2.Duration(nanos=250_000_000),
+            max_interval=duration_pb2.Duration(seconds=5),
+        ),
+    )
+    cluster_config.typed_dns_resolver_config.name = "envoy.network.dns_resolver.cares"
+    cluster_config.typed_dns_resolver_config.typed_config.Pack(resolver)
     clusters = {}
     for name, resource in snapshot.of_type(CLUSTER).items():
         message = cluster_pb2.Cluster.FromString(resource.value)
-        if message.cluster_type.name == "envoy.cluster.dns":
-            dns = dns_cluster_pb2.DnsCluster()
-            message.cluster_type.typed_config.Unpack(dns)
-            resolver = json_format.MessageToDict(dns.typed_dns_resolver_config)
-            dns.ClearField("typed_dns_resolver_config")
-            message.cluster_type.typed_config.Pack(dns)
+        if message.type == cluster_pb2.Cluster.EDS:
+            destination = upstreams[name].destination
+            message.ClearField("type")
+            message.ClearField("eds_cluster_config")
+            message.cluster_type.name = "envoy.cluster.dns"
+            message.cluster_type.typed_config.Pack(cluster_config)
+            message.load_assignment.cluster_name = name
+            endpoint = message.load_assignment.endpoints.add().lb_endpoints.add().endpoint
+            endpoint.address.CopyFrom(socket_address(destination.hostname, destination.port))
         clusters[name] = Resource.of(message, name)
-    resources = {**snapshot.resources, CLUSTER: clusters}
-    return Snapshot(snapshot.version + "-shared-dns", resources), resolver
+    return Snapshot(snapshot.version + "-dns", {**snapshot.resources, CLUSTER: clusters, ENDPOINT: {}})
+
+
+def with_assignments(resources: dict[str, Any], upstreams: dict[str, Any], address: str) -> dict[str, Any]:
+    """``resources`` with the assignment weir serves for each external hostname resolving to ``address``."""
+    from weir import ir
+    from weir.xds.endpoints import load_assignment
+    from weir.xds.snapshot import ENDPOINT, Resource
+
+    assignments = {
+        name: Resource.of(load_assignment(name, u.destination.hostname, u.destination.port, [address]), name)
+        for name, u in sorted(upstreams.items())
+        if isinstance(u.destination, ir.DnsName)
+    }
+    return {**resources, ENDPOINT: assignments}
 
 
 def without(snapshot: Any, variant: str) -> Any:
-    """``snapshot`` with its clusters' upstream HTTP filters removed, or with static clusters."""
+    """``snapshot`` with its clusters' upstream HTTP filters removed."""
     from envoy.config.cluster.v3 import cluster_pb2
     from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
@@ -125,17 +163,12 @@ def without(snapshot: Any, variant: str) -> Any:
             message.typed_extension_protocol_options[key].Unpack(options)
             options.ClearField("http_filters")
             message.typed_extension_protocol_options[key].Pack(options)
-        if variant == "weir-static" and message.cluster_type.name == "envoy.cluster.dns":
-            message.ClearField("cluster_type")
-            message.type = cluster_pb2.Cluster.STATIC
-            endpoint = message.load_assignment.endpoints[0].lb_endpoints[0].endpoint
-            endpoint.address.socket_address.address = "127.0.0.1"
         clusters[name] = Resource.of(message, name)
     return Snapshot(f"{snapshot.version}-{variant}", {**snapshot.resources, CLUSTER: clusters})
 
 
 async def measure(
-    snapshot: Any, variant: str, workdir: Path, probe: tuple[int, str, str], timeout: float
+    snapshot: Any, variant: str, workdir: Path, probe: Any, timeout: float, dns_clusters: Any
 ) -> dict[str, float]:
     from weir.envoy import EnvoyProcess, bootstrap
     from weir.xds.server import AdsServer
@@ -145,15 +178,15 @@ async def measure(
     await ads.start()
     config = variant_bootstrap(bootstrap(node_id="bench", ads_socket=ads.socket_path), variant)
     concurrency = None
-    if variant == "weir+shared-dns":
-        snapshot, config["typed_dns_resolver_config"] = shared_dns(snapshot)
+    if variant == "weir-dns":
+        snapshot = dns_clusters
     elif variant == "weir+concurrency-1":
         concurrency = 1
-    elif variant in ("weir-upstream-filters", "weir-static"):
+    elif variant == "weir-upstream-filters":
         snapshot = without(snapshot, variant)
     ads.set_snapshot(snapshot)
     envoy = EnvoyProcess(config, run_dir=run / "envoy", ready_timeout=timeout, concurrency=concurrency)
-    prober = cp.Prober()
+    prober = shapes.Prober()
     out: dict[str, float] = {}
     try:
         started = time.perf_counter()
@@ -163,11 +196,10 @@ async def measure(
         if not result.acked:
             raise RuntimeError(f"{variant}: not accepted: {result}")
         out["acked_s"] = time.perf_counter() - started
-        port, path, host = probe
         deadline = time.perf_counter() + timeout
-        while not cp.probe_expect(prober, port, path, host):
+        while not prober.answers(probe):
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"{variant}: {path} not served")
+                raise RuntimeError(f"{variant}: {probe.path} not served")
             await asyncio.sleep(0.01)
         out["served_s"] = time.perf_counter() - started
         await asyncio.sleep(0.5)  # let Envoy settle before reading its memory
@@ -205,20 +237,25 @@ def main() -> int:
     try:
         _, upstream_port = cp.start_upstream(procs, workdir, cp.free_ports(1)[0])
         dns_port = cp.start_dns(procs)
-        ports = cp.free_ports(cp.LISTENERS)
+        shape = shapes.SHAPES["path"]
+        ports = cp.free_ports(shapes.PATH_LISTENERS)
         folder = workdir / "manifests"
-        cp.generate(folder, opts.n, ports, upstream_port)
+        shape.generate(folder, opts.n, ports, upstream_port, shapes.make_pki(workdir))
         settings = Settings(dns_resolvers=(("127.0.0.1", dns_port),), egress_denied_cidrs=(cp.DENIED,))
         ir_ = translate(FilesProvider([str(folder)]).load().resources, settings).ir
-        resources = BuildCache().build(ir_)
+        upstreams = {u.name: u for u in ir_.upstreams}
+        resources = with_assignments(BuildCache().build(ir_), upstreams, "127.0.0.1")
         snapshot = Snapshot(snapshot_version(resources), resources)
+        dns_clusters = as_dns_clusters(snapshot, upstreams, ir_.dns)
         last = opts.n - 1
-        probe = (ports[last % cp.LISTENERS], f"/r{last}/v1/probe", cp.backend_host(last))
+        probe = shape.probe(last, opts.n, ports)
         for round_ in range(opts.rounds):
             order = variants[round_ % len(variants) :] + variants[: round_ % len(variants)]
             for variant in order:
                 print(f"round {round_ + 1}: {variant}...", file=sys.stderr, flush=True)
-                results[variant].append(asyncio.run(measure(snapshot, variant, workdir, probe, opts.timeout)))
+                results[variant].append(
+                    asyncio.run(measure(snapshot, variant, workdir, probe, opts.timeout, dns_clusters))
+                )
     finally:
         procs.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -40,7 +40,7 @@ _CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 #: checked by ``tests/unit/test_bootstrap.py`` against real Envoy stat names),
 #: and, for people and tests reading Envoy's admin ``/stats``: per cluster the
 #: request and connection totals, failures, timeouts and retries, the egress
-#: guard's counters and TLS handshakes and verification failures; per HTTP
+#: guard's refusals, RBAC counters and TLS handshakes and verification failures; per HTTP
 #: connection manager the responses by class; Envoy's own server,
 #: cluster-manager, listener-manager and control-plane stats (a few dozen).
 STATS_KEPT: tuple[tuple[str, str], ...] = (
@@ -62,6 +62,8 @@ STATS_KEPT: tuple[tuple[str, str], ...] = (
     ),
     ("suffix", ".rbac.allowed"),
     ("suffix", ".rbac.denied"),
+    # Refusals of the egress guard (weir.xds.endpoints.EGRESS_DENIED).
+    ("prefix", "listener.envoy_internal_weir-egress-denied."),
     ("suffix", ".ssl.handshake"),
     ("suffix", ".ssl.connection_error"),
     ("suffix", ".ssl.fail_verify_error"),

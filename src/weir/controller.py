@@ -37,6 +37,7 @@ from weir.admin import AdminServer
 from weir.api.meta import ObjectKey
 from weir.envoy import EnvoyProcess, ExitInfo, listener_bound
 from weir.envoys import Envoys, EnvoySettings
+from weir.external_endpoints import ExternalEndpoints, amend_statuses
 from weir.heap import return_free_memory
 from weir.loader import Problem, gc_paused
 from weir.providers.base import (
@@ -54,7 +55,7 @@ from weir.translate.status import DataPlaneState, apply_data_plane, attribute_re
 from weir.xds import accesslog
 from weir.xds.cache import BuildCache
 from weir.xds.server import AckStatus, AdsServer
-from weir.xds.snapshot import CLUSTER, LISTENER, SECRET, Resource, Snapshot, snapshot_version
+from weir.xds.snapshot import CLUSTER, ENDPOINT, LISTENER, SECRET, Resource, Snapshot, snapshot_version
 
 log = logging.getLogger("weir.controller")
 
@@ -124,6 +125,8 @@ class Controller:
         self._settle = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._desired: Mapping[str, Mapping[str, Resource]] | None = None
+        # External hostnames' EDS assignments: weir resolves them (weir.external_endpoints).
+        self._endpoints: ExternalEndpoints | None = None
         # Rebuilds only the Envoy resources an IR change touches (weir.xds.cache).
         self._builder = BuildCache()
         # The heap's size (allocated blocks) after its last full collection (see _apply, _refreeze_heap).
@@ -132,7 +135,7 @@ class Controller:
         self._trim_pending = False
         self._carried: str | None = None
         # The translation (by identity) and data plane state whose statuses were published last.
-        self._published: tuple[Translation, DataPlaneState] | None = None
+        self._published: tuple[Translation, DataPlaneState, int] | None = None
         #: When and why weir last restarted an Envoy that did not serve what it accepted.
         self.last_restore: tuple[float, str] | None = None
         # Listeners Envoy could not bind are sent again, with back-off (weir.envoy_watch).
@@ -203,6 +206,7 @@ class Controller:
                 },
             )
             await self._admin.start()
+            self._endpoints = ExternalEndpoints(self._on_endpoints)
             if isinstance(self._provider, ManagedProvider):
                 await self._provider.start()
             self._apply(self._provider.load())
@@ -250,6 +254,9 @@ class Controller:
         if self._admin is not None:
             await self._admin.stop()
             self._admin = None
+        if self._endpoints is not None:
+            await self._endpoints.close()
+            self._endpoints = None
         if self._ads is not None:
             await self._ads.stop()
             self._ads = None
@@ -361,7 +368,10 @@ class Controller:
         self._current.problems = tuple(provider_snapshot.problems)
         try:
             translation = self._translator.translate(provider_snapshot.resources)
-            resources = self._builder.build(translation.ir)
+            built = self._builder.build(translation.ir)
+            resources: dict[str, Mapping[str, Resource]] = dict(built)
+            if self._endpoints is not None:
+                resources[ENDPOINT] = self._endpoints.update(translation.ir)
         except Exception as exc:  # a bug must not take down the configuration being served
             self.telemetry.translation(time.perf_counter() - started, failed=True)
             log.exception("translation failed; the previous configuration keeps serving")
@@ -383,6 +393,21 @@ class Controller:
                 (time.perf_counter() - started) * 1000,
                 self._translator.last,
             )
+        self._settle.set()
+
+    def _on_endpoints(self) -> None:
+        """New DNS answers changed external hostnames' assignments: serve them, nothing else.
+
+        No translation and no build: the push carries only the changed
+        assignments. What users see of everything else is unchanged, so the
+        data plane state carries over (as for a retirement push); the
+        XBackends' statuses say what the answers left out.
+        """
+        if self._desired is None or self._endpoints is None:
+            return
+        self._desired = {**self._desired, ENDPOINT: self._endpoints.resources}
+        if self._serve(_keep_retiring(self._current.snapshot, self._desired), retiring=True):
+            log.debug("served new DNS answers (%d assignments)", len(self._endpoints.resources))
         self._settle.set()
 
     def _serve(self, resources: Mapping[str, Mapping[str, Resource]], *, retiring: bool = False) -> bool:
@@ -529,9 +554,14 @@ class Controller:
         provider); settling runs every 0.1 s while Envoy has not answered: only what can differ."""
         assert current.translation is not None
         last = self._published
-        if last is not None and last[0] is current.translation and last[1] == state:
+        answers = self._endpoints.generation if self._endpoints is not None else 0
+        if last is not None and last[0] is current.translation and last[1] == state and last[2] == answers:
             return
-        statuses = apply_data_plane(current.translation.statuses, current.translation.gateway_sockets, state)
+        statuses: Mapping[ObjectKey, dict[str, Any]] = apply_data_plane(
+            current.translation.statuses, current.translation.gateway_sockets, state
+        )
+        if self._endpoints is not None:
+            statuses = amend_statuses(statuses, self._endpoints.answers())
         started = time.perf_counter()
         changed = self._store.publish(statuses)
         log.debug(
@@ -540,7 +570,7 @@ class Controller:
             len(changed),
             (time.perf_counter() - started) * 1000,
         )
-        self._published = (current.translation, state)
+        self._published = (current.translation, state, answers)
         if isinstance(self._provider, StatusSink):
             self._provider.write_status(self._store.current)
 
@@ -715,7 +745,7 @@ def _keep_retiring(
     out: dict[str, Mapping[str, Resource]] = dict(desired)
     if served is None:
         return out
-    for type_url in (CLUSTER, SECRET):
+    for type_url in (CLUSTER, ENDPOINT, SECRET):
         old = served.of_type(type_url)
         new = desired.get(type_url, {})
         if any(name not in new for name in old):

@@ -25,8 +25,10 @@ counts, and from which stat:
                                             TLS handshake failed)
 ``weir_backend_unavailable_total``          ``upstream_cx_none_healthy``: answered 503 at once,
                                             no address (unresolved name, no ready endpoint)
-``weir_egress_refused_total``               ``rbac.denied`` of the egress guard on an
-                                            XBackend's cluster (403, no connection made)
+``weir_egress_refused_total``               ``listener.envoy_internal_weir-egress-denied.``
+                                            ``downstream_cx_total``: requests and TCP
+                                            connections sent to a name whose every address
+                                            is denied (403 or closed; no connection made)
 ``weir_backend_tls_verify_failures_total``  ``ssl.fail_verify_error`` (``reason="chain"``: not
                                             signed by a trusted CA, expired...),
                                             ``ssl.fail_verify_san`` (``"san"``: the name does
@@ -83,12 +85,15 @@ log = logging.getLogger("weir.telemetry")  # its records are /metrics' own
 
 _CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 
+#: Connections to the endpoint that stands for a name whose addresses are all denied
+#: (weir.xds.endpoints.EGRESS_DENIED): one per refused request or TCP connection.
+EGRESS_REFUSED_STAT = "listener.envoy_internal_weir-egress-denied.downstream_cx_total"
+
 #: A cluster stat → (family, extra label value or None).
 _CLUSTER_STATS: Mapping[str, tuple[str, str | None]] = {
     **{f"upstream_rq_{c}": ("weir_backend_requests_total", c) for c in _CODE_CLASSES},
     "upstream_cx_connect_fail": ("weir_backend_connect_failures_total", None),
     "upstream_cx_none_healthy": ("weir_backend_unavailable_total", None),
-    "rbac.denied": ("weir_egress_refused_total", None),
     "ssl.fail_verify_error": ("weir_backend_tls_verify_failures_total", "chain"),
     "ssl.fail_verify_san": ("weir_backend_tls_verify_failures_total", "san"),
     "ssl.fail_verify_no_cert": ("weir_backend_tls_verify_failures_total", "no_cert"),
@@ -97,8 +102,9 @@ _CLUSTER_STATS: Mapping[str, tuple[str, str | None]] = {
 #: Every Envoy stat :class:`Telemetry` reads (all counters): RE2 patterns matching whole stat names.
 ENVOY_STATS_USED: tuple[str, ...] = (
     r"cluster\.(?:xbackend|service)/.+\.(?:upstream_rq_[1-5]xx|upstream_cx_connect_fail"
-    r"|upstream_cx_none_healthy|rbac\.denied|ssl\.fail_verify_(?:error|san|no_cert))",
+    r"|upstream_cx_none_healthy|ssl\.fail_verify_(?:error|san|no_cert))",
     r"http\..+\.downstream_rq_[1-5]xx",
+    EGRESS_REFUSED_STAT.replace(".", r"\."),
 )
 
 #: The admin ``/stats`` filter: the same patterns, anchored (Envoy's filter searches).
@@ -121,9 +127,10 @@ _DATA_PLANE: Mapping[str, tuple[str, tuple[str, ...]]] = {
         ("kind", "namespace", "name"),
     ),
     "weir_egress_refused_total": (
-        "Requests the egress guard refused (403, no connection made) because the XBackend's "
-        "hostname resolved into a denied network.",
-        ("namespace", "name"),
+        "Requests (403) and TCP connections (closed) the egress guard refused because every "
+        "address an XBackend's hostname resolved to is in a denied network; no connection was made. "
+        "The XBackend's status names the addresses.",
+        (),
     ),
     "weir_backend_tls_verify_failures_total": (
         "Backend certificates Envoy refused: reason chain (not issued by a trusted CA, expired, ...), "
@@ -244,9 +251,9 @@ class _StatsParser:
             if backend is None:
                 return None  # another cluster, or another stat (external.upstream_rq_2xx)
             family, extra = _CLUSTER_STATS[stat]
-            if family == "weir_egress_refused_total":
-                return family, backend[1:]
             return family, backend if extra is None else (*backend, extra)
+        if name == EGRESS_REFUSED_STAT:
+            return "weir_egress_refused_total", ()
         if name.startswith("http."):
             head, _, stat = name.rpartition(".")
             socket = self._names.sockets.get(head[len("http.") :])

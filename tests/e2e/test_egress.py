@@ -17,6 +17,7 @@ import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,11 +35,13 @@ from weir_harness import (
     xbackend,
 )
 
+from weir.telemetry import EGRESS_REFUSED_STAT
 from weir.testkit import DnsStub, RecordingUpstream, UpstreamResponse, free_port
 
 API_HOST = "api.example.test"
 ALLOWED_IP = "127.0.0.2"
-GUARD_POLICY = f"rbac_access_denied_matched_policy[weir-denied-network:{FORBIDDEN_IP}/32]"
+#: What the 403 of a name whose every address is denied names (weir.xds.endpoints.denied_reason).
+DENIED_REASON = f"{FORBIDDEN_IP}/32"
 
 
 @pytest.fixture
@@ -97,12 +100,29 @@ def assert_never_connected(sock: socket.socket) -> None:
         pytest.fail(f"{peer} connected to the forbidden address")
 
 
-async def denied_count(weir: Weir, cluster: str = "xbackend/default/api") -> int:
+async def denied_count(weir: Weir) -> int:
+    """Requests and TCP connections refused: those sent to the endpoint that stands for a name whose
+    every address is denied (the internal listener ``weir-egress-denied``, weir.xds.endpoints)."""
     assert weir.controller is not None and weir.controller.envoy is not None
-    _, stats = await weir.controller.envoy.admin.get("/stats?filter=rbac.denied")
-    stat = f"cluster.{cluster}.rbac.denied: "
+    _, stats = await weir.controller.envoy.admin.get("/stats?filter=weir-egress-denied")
+    stat = f"{EGRESS_REFUSED_STAT}: "
     values = [int(ln.removeprefix(stat)) for ln in stats.splitlines() if ln.startswith(stat)]
     return values[0] if values else 0
+
+
+def counting_translations(weir: Weir) -> list[int]:
+    """A list that grows by one at each translation the controller makes from now on."""
+    assert weir.controller is not None
+    translator = weir.controller._translator
+    calls: list[int] = []
+    translate = translator.translate
+
+    def counted(resources: Any) -> Any:
+        calls.append(1)
+        return translate(resources)
+
+    translator.translate = counted  # type: ignore[method-assign]
+    return calls
 
 
 def xbackend_accepted(weir: Weir, name: str) -> dict[str, str]:
@@ -126,17 +146,27 @@ async def test_forbidden_address_gets_403_with_reason_and_no_connection(
         responses = [await client.get(weir.url("/api/secrets")) for _ in range(3)]
     for response in responses:
         assert response.status_code == 403, response.text
-        assert f"resolved to {FORBIDDEN_IP}:{port}, which is in a denied network" in response.text
-        assert "xbackend/default/api" in response.text and GUARD_POLICY in response.text
+        assert "is in a denied network; no connection was made" in response.text
+        assert f"{FORBIDDEN_IP}:{port} in {DENIED_REASON}" in response.text
+        assert "xbackend/default/api" in response.text
     assert_never_connected(forbidden)
-    # The XBackend itself is fine: the guard acts on the address, not on the object.
-    assert xbackend_accepted(weir, "api")["status"] == "True"
+    # The XBackend itself is fine: the guard acts on the address, not on the object; its status says.
+    accepted = xbackend_accepted(weir, "api")
+    assert accepted["status"] == "True"
+    assert (
+        f"every address {API_HOST} resolves to is denied: {FORBIDDEN_IP} (in denied network"
+        in (accepted["message"])
+    )
 
     assert await denied_count(weir) == 3
 
     def logged() -> list[dict[str, object]]:
         lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "weir.envoy.access"]
-        return [line for line in lines if line.get("path") == "/api/secrets"]
+        return [
+            line
+            for line in lines
+            if line.get("path") == "/api/secrets" and line.get("route_name") != "weir-egress-denied"
+        ]
 
     # Envoy flushes access logs every 10 s, when its buffer fills, and when it exits.
     await weir.stop()
@@ -144,14 +174,19 @@ async def test_forbidden_address_gets_403_with_reason_and_no_connection(
     assert len(entries) == 3, entries
     for entry in entries:
         assert entry["response_code"] == 403
-        assert entry["response_code_details"] == GUARD_POLICY
-        assert entry["upstream_host"] == f"{FORBIDDEN_IP}:{port}"
+        assert (
+            entry["upstream_host"] == f"envoy://weir-egress-denied/{FORBIDDEN_IP}:{port} in {DENIED_REASON}"
+        )
 
 
 async def test_mixed_answer_never_reaches_the_forbidden_address(
     weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
 ) -> None:
-    """Both addresses stay in Envoy's load balancer; only requests sent to the allowed one get through."""
+    """A mixed answer is served by its allowed addresses alone, and the XBackend's status says so.
+
+    The denied address never reaches Envoy (its assignment holds the allowed
+    one only), so every request succeeds and none is refused.
+    """
     async with RecordingUpstream("allowed", host=ALLOWED_IP, port=port) as allowed:
         dns.set(API_HOST, [ALLOWED_IP, FORBIDDEN_IP])
         weir.write("egress.yaml", routes(port, ("api", API_HOST), gateway_port=weir.gateway_port))
@@ -160,33 +195,44 @@ async def test_mixed_answer_never_reaches_the_forbidden_address(
         async with httpx.AsyncClient() as client:
             for _ in range(40):
                 codes[(await client.get(weir.url("/api/x"))).status_code] += 1
-        assert set(codes) <= {200, 403}, codes
-        assert codes[200] >= 1 and codes[403] >= 1, codes  # round robin over both addresses
-        assert len(allowed.requests) == codes[200]
+        assert codes == {200: 40}, codes
+        assert len(allowed.requests) == 40
         assert {r.remote[0] for r in allowed.requests} == {"127.0.0.1"}  # Envoy, from loopback
-        assert await denied_count(weir) == codes[403]
+        assert await denied_count(weir) == 0
         assert_never_connected(forbidden)
+        message = xbackend_accepted(weir, "api")["message"]
+        assert f"{API_HOST} resolves to {ALLOWED_IP} and also to {FORBIDDEN_IP} (in denied network" in message
+        assert "requests go to the allowed addresses only" in message
 
 
 async def test_name_that_rebinds_to_a_forbidden_address_is_refused(
     weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
 ) -> None:
-    """DNS rebinding: the name was fine when Envoy first resolved it, then moves into a denied network."""
+    """DNS rebinding: the name was fine when weir first resolved it, then moves into a denied network.
+
+    weir follows the TTL and replaces only that cluster's assignment: no
+    translation happens for it (the answer is data, not configuration).
+    """
     async with RecordingUpstream("allowed", host=ALLOWED_IP, port=port) as allowed:
         dns.set(API_HOST, [ALLOWED_IP])
         weir.write("egress.yaml", routes(port, ("api", API_HOST), gateway_port=weir.gateway_port))
         await weir.start()
+        translations = counting_translations(weir)
         async with httpx.AsyncClient() as client:
             assert (await client.get(weir.url("/api/x"))).status_code == 200
-            dns.set(API_HOST, [FORBIDDEN_IP])  # TTL 1 s; Envoy follows the TTL
+            dns.set(API_HOST, [FORBIDDEN_IP])  # TTL 1 s; weir follows the TTL
 
             async def refused() -> bool:
                 return (await client.get(weir.url("/api/x"))).status_code == 403
 
             await eventually(refused, timeout=10, interval=0.1)
-        served = len(allowed.requests)
+            served = len(allowed.requests)
+            for _ in range(5):  # once refused, always refused
+                assert (await client.get(weir.url("/api/x"))).status_code == 403
+        assert len(allowed.requests) == served >= 1
         assert_never_connected(forbidden)
-        assert served >= 1
+        assert translations == []
+        assert "every address" in xbackend_accepted(weir, "api")["message"]
 
 
 async def test_ipv4_mapped_ipv6_answer_is_refused_as_the_ipv4_address(
@@ -199,7 +245,9 @@ async def test_ipv4_mapped_ipv6_answer_is_refused_as_the_ipv4_address(
     async with httpx.AsyncClient() as client:
         response = await client.get(weir.url("/api/x"))
     assert response.status_code == 403, response.text
-    assert f"[::ffff:{FORBIDDEN_IP}]:{port}" in response.text and GUARD_POLICY in response.text
+    # However the address is written (dnslib writes ``::ffff:7f00:42``), it is judged as 127.0.0.66.
+    written = (f"[::ffff:{FORBIDDEN_IP}]", "[::ffff:7f00:42]")
+    assert any(f"{form}:{port} in {DENIED_REASON}" in response.text for form in written), response.text
     assert_never_connected(forbidden)
 
 
@@ -214,7 +262,7 @@ async def test_weir_default_policy_denies_loopback(folder: Path, dns: DnsStub, p
             async with httpx.AsyncClient() as client:
                 response = await client.get(harness.url("/api/x"))
             assert response.status_code == 403, response.text
-            assert "weir-denied-network:127.0.0.0/8" in response.text
+            assert f"{ALLOWED_IP}:{port} in 127.0.0.0/8" in response.text
             assert upstream.requests == []
     finally:
         await _stop(harness)
@@ -441,9 +489,9 @@ async def test_request_mirror_to_a_denied_address_sends_nothing(
             assert leaked(seen.headers) == [] and seen.header("x-weir-mirror-cluster") is None, seen.headers
             assert seen.header("authorization") == "Bearer secret"
 
-        # The guard counted every refused copy, and nothing reached the denied address.
+        # The denied endpoint refused every copy, and nothing reached the denied address.
         async def refused() -> bool:
-            return await denied_count(weir, "xbackend/default/meta") == 5
+            return await denied_count(weir) == 5
 
         await eventually(refused)
         assert_never_connected(forbidden)
@@ -486,7 +534,7 @@ async def test_every_ipv6_form_embedding_a_denied_ipv4_is_refused() -> None:
 async def test_retries_are_guarded_attempt_by_attempt(
     weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
 ) -> None:
-    """A retry picks an address again: one that falls on the denied address is refused like a first try."""
+    """A retry picks an address again, among the allowed ones only: the denied one is never tried."""
     failing = UpstreamResponse(status=503, body="busy")
     async with RecordingUpstream("api", host=ALLOWED_IP, port=port, handler=failing) as upstream:
         dns.set(API_HOST, [ALLOWED_IP, FORBIDDEN_IP])
@@ -500,10 +548,10 @@ async def test_retries_are_guarded_attempt_by_attempt(
         await weir.start()
         async with httpx.AsyncClient() as client:
             codes = Counter([(await client.get(weir.url("/api/x"))).status_code for _ in range(20)])
-        assert set(codes) <= {403, 503}, codes
-        # More attempts than requests reached the allowed upstream: retries happened.
-        assert len(upstream.requests) > codes[503], (len(upstream.requests), codes)
-        assert await denied_count(weir) >= 1
+        assert codes == {503: 20}, codes
+        # Every attempt reached the allowed upstream: retries happened, none went elsewhere.
+        assert len(upstream.requests) == 20 * 4, len(upstream.requests)
+        assert await denied_count(weir) == 0
         assert_never_connected(forbidden)
 
 
@@ -522,10 +570,9 @@ async def test_grpcroute_to_a_denied_address_is_refused(
         response = await client.post(
             weir.url("/echo.Echo/Say"), content=b"\0\0\0\0\0", headers={"content-type": "application/grpc"}
         )
-    # A refused gRPC call: the guard's 403 (Envoy maps it to a gRPC status for gRPC clients).
     # Envoy answers a gRPC client's refusal as a gRPC status: 7, PERMISSION_DENIED, with the reason.
     assert response.headers.get("grpc-status") == "7", response.headers
-    assert "which is in a denied network" in response.headers.get("grpc-message", "")
+    assert "is in a denied network" in response.headers.get("grpc-message", "")
     assert await denied_count(weir) == 1
     assert_never_connected(forbidden)
 
@@ -554,5 +601,6 @@ async def test_tls_passthrough_to_a_denied_address_is_closed(
                 10,
             )
             writer.close()
-    assert await denied_count(weir) == 2
     assert_never_connected(forbidden)
+    assert await denied_count(weir) == 2
+    assert "every address" in xbackend_accepted(weir, "api")["message"]

@@ -1,10 +1,9 @@
 """TCPRoute end to end: real Envoy, a DNS stub, TCP echo servers (plain and TLS) on loopback.
 
 A TCP listener relays each connection to an XBackend of protocol ``TCP``.
-With the harness's guard (denying ``127.0.0.66/32``) every XBackend is
-guarded, so connections go through weir's internal CONNECT path
-(``weir.xds.build.TCP_EGRESS``); with ``egress_denied_cidrs=()`` the TCP
-proxy connects itself. Both paths are exercised. A "forbidden" address is a
+The harness's guard denies ``127.0.0.66/32``: weir resolves each XBackend's
+name and hands Envoy only the allowed addresses (``weir.xds.endpoints``); a
+name with none leads to an internal listener that closes the connection. A "forbidden" address is a
 raw listening socket that never accepts: a non-blocking ``accept()`` after
 the fact proves that no TCP connection reached it.
 """
@@ -29,7 +28,8 @@ from weir.testkit import DnsStub, free_port, make_ca, server_ssl_context
 HOST = "db.example.test"
 ALLOWED_IP = "127.0.0.2"
 XB = "gateway.networking.x-k8s.io"
-GUARD_POLICY = f"rbac_access_denied_matched_policy[weir-denied-network:{FORBIDDEN_IP}/32]"
+#: Where a connection to a name whose every address is denied goes (weir.xds.endpoints).
+REFUSED_HOST = "envoy://weir-egress-denied/{address}:{port} in {network}"
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -367,17 +367,12 @@ async def test_guard_refuses_a_denied_address_before_connecting(
 ) -> None:
     """A name resolving into a denied network: the connection is closed and nothing connects there.
 
-    Envoy 1.40 has no network-level filter that can refuse an upstream
-    address before connecting (no upstream network filter for it; the
-    listener's network RBAC filter fails open, its ``upstream_ip_port``
-    matcher has no upstream address yet). weir therefore relays guarded TCP
-    listeners as HTTP/2 CONNECT streams through an internal listener, whose
-    router runs the cluster's RBAC guard after picking the address and
-    before opening the TCP connection, as for HTTP. This test proves the
-    result on the real binary: the client's connection is closed with no
-    byte relayed, the forbidden socket never saw a TCP handshake, the
-    guard's counter moved, and the internal listener's access log names the
-    policy and the refused address.
+    weir resolves the name and hands Envoy only allowed addresses (EDS); with
+    none, the cluster's one endpoint is the internal listener
+    ``weir-egress-denied``, which closes each connection at once. This
+    test proves the result on the real binary: the client's connection is
+    closed with no byte relayed, the forbidden socket never saw a TCP
+    handshake, and the access log names the refused address and its network.
     """
     caplog.set_level(logging.INFO, logger="weir.envoy.access")
     listen = free_port()
@@ -387,26 +382,21 @@ async def test_guard_refuses_a_denied_address_before_connecting(
     for _ in range(3):
         assert await refused(listen)
     assert_never_connected(forbidden)
-    assert await stat(weir, "cluster.xbackend/default/db.rbac.denied") == 3
-    assert await stat(weir, "cluster.xbackend/default/db.upstream_cx_total") == 0
+    # Each connection went to the refusal endpoint, none anywhere else.
+    assert await stat(weir, "cluster.xbackend/default/db.upstream_cx_total") == 3
 
     await weir.stop()  # Envoy flushes its access logs when it exits
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "weir.envoy.access"]
-    denied = [ln for ln in lines if ln.get("method") == "CONNECT"]
-    assert len(denied) == 3, lines
-    for line in denied:
-        assert line["response_code"] == 403
-        assert line["response_code_details"] == GUARD_POLICY
-        assert line["upstream_host"] == f"{FORBIDDEN_IP}:{port}"
-        assert line["authority"] == f"127.0.0.1:{listen}"
     relayed = [ln for ln in lines if "listener" in ln]
     assert len(relayed) == 3 and all(ln["bytes_sent"] == 0 for ln in relayed), relayed
+    refused_host = REFUSED_HOST.format(address=FORBIDDEN_IP, port=port, network=f"{FORBIDDEN_IP}/32")
+    assert {ln["upstream_host"] for ln in relayed} == {refused_host}, relayed
 
 
 async def test_mixed_answer_never_reaches_the_denied_address(
     weir: Weir, dns: DnsStub, port: int, forbidden: socket.socket
 ) -> None:
-    """Both addresses stay in Envoy's load balancer; only connections sent to the allowed one get through."""
+    """Only the allowed address reaches Envoy's load balancer: every connection gets through to it."""
     listen = free_port()
     async with EchoServer("db", host=ALLOWED_IP, port=port) as echo:
         dns.set(HOST, [ALLOWED_IP, FORBIDDEN_IP])
@@ -415,7 +405,6 @@ async def test_mixed_answer_never_reaches_the_denied_address(
         outcomes: Counter[bool] = Counter()
         for _ in range(30):
             outcomes[await exchange(listen, b"hi\n") == b"hi\n"] += 1
-        assert outcomes[True] >= 1 and outcomes[False] >= 1, outcomes  # round robin over both
-        assert len(echo.connections) == outcomes[True]
-        assert await stat(weir, "cluster.xbackend/default/db.rbac.denied") == outcomes[False]
+        assert outcomes == {True: 30}, outcomes
+        assert len(echo.connections) == 30
         assert_never_connected(forbidden)

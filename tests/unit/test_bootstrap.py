@@ -20,7 +20,7 @@ import re2
 from weir import ir
 from weir.bootstrap import STATS_KEPT, bootstrap, keeps, with_admin_socket
 from weir.envoy import EnvoyProcess
-from weir.telemetry import ENVOY_STATS_USED
+from weir.telemetry import EGRESS_REFUSED_STAT, ENVOY_STATS_USED
 from weir.testkit import make_ca
 from weir.xds.cache import BuildCache
 from weir.xds.server import AdsServer
@@ -70,6 +70,8 @@ def test_the_inclusion_list_is_made_of_cheap_matchers() -> None:
         ("listener.127.0.0.1_8080.downstream_cx_active", True),
         ("http.127.0.0.1_8080.downstream_rq_active", True),
         ("listener.127.0.0.1_8080.downstream_cx_destroy", False),
+        # The egress guard's refusals (weir.telemetry.EGRESS_REFUSED_STAT).
+        ("listener.envoy_internal_weir-egress-denied.downstream_cx_total", True),
     ],
 )
 def test_keeps(name: str, kept: bool) -> None:
@@ -159,9 +161,8 @@ async def test_envoy_keeps_every_stat_weir_reads_and_little_else(ads: AdsServer,
     read = {n for n in every if any(re2.fullmatch(p, n) for p in ENVOY_STATS_USED)}
     for cluster in ("xbackend/default/api", "service/default/web/80"):
         read |= {f"cluster.{cluster}.upstream_rq_{c}xx" for c in range(1, 6)}
-        read |= {
-            f"cluster.{cluster}.{s}" for s in ("ssl.fail_verify_error", "ssl.fail_verify_san", "rbac.denied")
-        }
+        read |= {f"cluster.{cluster}.{s}" for s in ("ssl.fail_verify_error", "ssl.fail_verify_san")}
+    read.add(EGRESS_REFUSED_STAT)
     read |= {
         f"http.{p}.downstream_rq_{c}xx"
         for p in {n.split(".")[1] for n in every if n.startswith("http.")}

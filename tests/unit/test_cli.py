@@ -64,10 +64,13 @@ def test_translate_prints_status_ir_and_envoy_resources(tmp_path: Path) -> None:
     assert xbackend["status"]["parents"][0]["conditions"][0]["status"] == "True"
     assert [u["name"] for u in data["ir"]["upstreams"]] == ["xbackend/default/api"]
     clusters = data["envoy"]["type.googleapis.com/envoy.config.cluster.v3.Cluster"]
-    # The internal path of request mirrors comes with any guarded upstream.
-    assert list(clusters) == ["weir-mirror-egress", "xbackend/default/api"]
+    # An external hostname is an EDS cluster (weir resolves it), with the endpoint standing for
+    # names whose addresses are all denied; `weir translate` resolves nothing: no assignments.
+    assert list(clusters) == ["xbackend/default/api"]
+    assert clusters["xbackend/default/api"]["type"] == "EDS"
     listeners = data["envoy"]["type.googleapis.com/envoy.config.listener.v3.Listener"]
-    assert list(listeners) == ["127.0.0.1:8080", "weir-mirror-egress"]
+    assert list(listeners) == ["127.0.0.1:8080", "weir-egress-denied"]
+    assert data["envoy"]["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"] == {}
 
 
 def test_version_names_weir_and_envoy() -> None:

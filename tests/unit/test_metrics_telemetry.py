@@ -50,6 +50,7 @@ http.127.0.0.1_8080.downstream_rq_2xx: 11
 http.127.0.0.1_8080.downstream_rq_4xx: 2
 http.admin.downstream_rq_2xx: 100
 http.weir-tcp-egress.downstream_rq_2xx: 6
+listener.envoy_internal_weir-egress-denied.downstream_cx_total: 5
 http.127.0.0.1_9999.downstream_rq_2xx: 8
 server.memory_allocated: 123456
 server.version: "1.40.0"
@@ -61,13 +62,13 @@ EXPECTED = {
     # internal/external copies, and clusters not served (any more), are not read.
     ("weir_backend_requests_total", ("Service", "default", "web", "2xx")): 7.0,
     ("weir_backend_requests_total", ("Service", "default", "web", "5xx")): 1.0,
-    # An XBackend name with dots; "ssl" and "rbac" as names do not confuse the stat suffixes.
-    ("weir_egress_refused_total", ("default", "api.v2")): 4.0,
+    # An XBackend name with dots; "ssl" and "rbac" as names do not confuse the stat suffixes
+    # (nor does a stat weir does not read: rbac.denied, the MCP tool policy's).
     ("weir_backend_tls_verify_failures_total", ("XBackend", "default", "api.v2", "chain")): 0.0,
     ("weir_backend_tls_verify_failures_total", ("XBackend", "default", "api.v2", "san")): 2.0,
     ("weir_backend_unavailable_total", ("XBackend", "default", "api.v2")): 3.0,
     ("weir_backend_requests_total", ("XBackend", "default", "api.v2", "2xx")): 7.0,
-    ("weir_egress_refused_total", ("other", "ssl")): 1.0,
+    ("weir_egress_refused_total", ()): 5.0,
     # Only the Gateway sockets weir serves: not admin, not the internal TCP egress listener.
     ("weir_downstream_requests_total", ("127.0.0.1:8080", "2xx")): 11.0,
     ("weir_downstream_requests_total", ("127.0.0.1:8080", "4xx")): 2.0,

@@ -20,6 +20,7 @@ from goldens import TESTDATA, golden_names, load_ir, merge
 
 from weir import ir
 from weir.xds import build as xds_build
+from weir.xds import endpoints
 from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET
 
 UPDATE = os.environ.get("WEIR_UPDATE_GOLDEN") == "1"
@@ -76,37 +77,39 @@ def test_empty_ir_has_every_type() -> None:
 
 
 def test_names_are_ir_names(merged_ir: ir.IR) -> None:
-    """Resources are named after their IR objects, plus the TCP egress path (which tcp.ir.yaml uses)
-    and the mirror egress path (guarded upstreams exist).
+    """Resources are named after their IR objects, plus the listeners answering for external
+    hostnames whose addresses are all denied (weir.xds.endpoints).
 
     Route configurations are those of HTTP listeners and of HTTPS servers of TLS listeners.
     """
     resources = xds_build.build(merged_ir)
-    egress = [xds_build.TCP_EGRESS, xds_build.MIRROR_EGRESS]
+    denied = [endpoints.EGRESS_DENIED]
     http = [x.name for x in merged_ir.listeners if isinstance(x, ir.Listener)]
     http += [s.name for x in merged_ir.listeners if isinstance(x, ir.TlsListener) for s in x.https]
-    assert list(resources[LISTENER]) == sorted([x.name for x in merged_ir.listeners] + egress)
-    assert list(resources[ROUTE]) == sorted([*http, xds_build.TCP_EGRESS])
-    assert list(resources[CLUSTER]) == sorted([x.name for x in merged_ir.upstreams] + egress)
+    assert list(resources[LISTENER]) == sorted([x.name for x in merged_ir.listeners] + denied)
+    assert list(resources[ROUTE]) == sorted(http)
+    assert list(resources[CLUSTER]) == sorted(x.name for x in merged_ir.upstreams)
     assert list(resources[SECRET]) == sorted(x.name for x in merged_ir.secrets)
     for name, message in {**resources[LISTENER], **resources[ROUTE], **resources[CLUSTER]}.items():
         assert message.name == name
 
 
-def test_tcp_egress_path_only_when_a_tcp_listener_is_guarded() -> None:
-    plain = ir.Upstream("service/default/db/5432/tcp", ir.StaticEndpoints(()), ir.UpstreamProtocol.TCP)
+def test_no_egress_detour_even_when_a_tcp_listener_is_guarded() -> None:
+    """External hostnames are EDS clusters holding only allowed addresses: no path needs a detour.
+
+    (A per-request guard once needed the TCP and mirror internal paths; weir.xds.endpoints.)
+    """
+    plain = ir.Upstream("xbackend/default/db", ir.DnsName("db.example.com", 5432), ir.UpstreamProtocol.TCP)
     listener = ir.TcpListener("127.0.0.1:1", "127.0.0.1", 1, (ir.WeightedBackend(plain.name, 1),))
-    resources = xds_build.build(ir.IR(listeners=(listener,), upstreams=(plain,)))
+    guarded = dataclasses.replace(plain, egress_guard=ir.EgressGuard(("10.0.0.0/8",)))
+    resources = xds_build.build(ir.IR(listeners=(listener,), upstreams=(guarded,)))
     names = {name for by_name in resources.values() for name in by_name}
     assert xds_build.TCP_EGRESS not in names and xds_build.MIRROR_EGRESS not in names
     assert not resources[ROUTE]
-    # A TCP cluster carries no HTTP options unless it has a guard to run.
-    assert not resources[CLUSTER][plain.name].typed_extension_protocol_options
-
-    guarded = dataclasses.replace(plain, egress_guard=ir.EgressGuard(("10.0.0.0/8",)))
-    resources = xds_build.build(ir.IR(listeners=(listener,), upstreams=(guarded,)))
-    assert set(resources[ROUTE]) == {xds_build.TCP_EGRESS}
-    assert xds_build.TCP_EGRESS in resources[LISTENER] and xds_build.TCP_EGRESS in resources[CLUSTER]
+    cluster = resources[CLUSTER][plain.name]
+    assert cluster.type == cluster.EDS and not cluster.typed_extension_protocol_options
+    # The listener standing for names whose addresses are all denied.
+    assert endpoints.EGRESS_DENIED in resources[LISTENER]
 
 
 # --------------------------------------------------------------------------

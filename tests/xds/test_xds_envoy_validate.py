@@ -26,10 +26,12 @@ from google.protobuf import json_format
 from weir import ir
 from weir.bootstrap import BOOTSTRAP_EXTENSIONS
 from weir.xds import build as xds_build
+from weir.xds import endpoints
 from weir.xds.snapshot import CLUSTER, LISTENER, ROUTE, SECRET
 
 _HCM = "envoy.filters.network.http_connection_manager"
 _TCP_PROXY = "envoy.filters.network.tcp_proxy"
+_DIRECT = "envoy.filters.network.direct_response"
 
 
 def _with_real_secrets(the_ir: ir.IR) -> ir.IR:
@@ -60,6 +62,22 @@ def _drop_sds_config(value: Any) -> Any:
     return value
 
 
+def _static(cluster: dict[str, Any]) -> dict[str, Any]:
+    """An EDS cluster (an external hostname) made static, with what weir's assignments hold:
+    an allowed address and the all-denied endpoint (both kinds, so Envoy checks both)."""
+    if cluster.get("type") != "EDS":
+        return cluster
+    del cluster["edsClusterConfig"]
+    cluster["type"] = "STATIC"
+    allowed = endpoints.load_assignment(cluster["name"], "api.example.com", 443, ["192.0.2.1"])
+    denied = endpoints.load_assignment(
+        cluster["name"], "api.example.com", 443, [], [("10.0.0.1", "10.0.0.0/8")]
+    )
+    allowed.endpoints[0].lb_endpoints.extend(denied.endpoints[0].lb_endpoints)
+    cluster["loadAssignment"] = json_format.MessageToDict(allowed)
+    return cluster
+
+
 def static_bootstrap(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A bootstrap serving ``resources`` statically (no control plane needed)."""
 
@@ -74,7 +92,7 @@ def static_bootstrap(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
         chains = listener_data.get("filterChains", [])
         if len(chains) == 1 and not chains[0].get("filterChainMatch"):
             (hcm,) = chains[0]["filters"]
-            if hcm["name"] == _TCP_PROXY:
+            if hcm["name"] in (_TCP_PROXY, _DIRECT):
                 assert name not in resources[ROUTE]
             else:
                 assert hcm["name"] == _HCM
@@ -97,7 +115,7 @@ def static_bootstrap(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "bootstrap_extensions": list(BOOTSTRAP_EXTENSIONS),
         "static_resources": {
             "listeners": listeners,
-            "clusters": [_drop_sds_config(data(c)) for c in resources[CLUSTER].values()],
+            "clusters": [_drop_sds_config(_static(data(c))) for c in resources[CLUSTER].values()],
             "secrets": [data(s) for s in resources[SECRET].values()],
         },
     }

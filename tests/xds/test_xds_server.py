@@ -16,13 +16,14 @@ from typing import Any
 import grpc
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from weir.xds.server import AckStatus, AdsServer, Outcome, ServerState
-from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET, Resource, Snapshot
+from weir.xds.snapshot import CLUSTER, ENDPOINT, LISTENER, PUSH_ORDER, ROUTE, SECRET, Resource, Snapshot
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -632,3 +633,39 @@ async def test_pushes_acks_and_nacks_are_counted_per_type(server: AdsServer, env
     ):
         metric = getattr(server.counters, counter)
         assert metric.value(type_name) == value, (counter, type_name)
+
+
+def with_assignments(snap: Snapshot, assignments: Mapping[str, int]) -> Snapshot:
+    """``snap`` plus an assignment per cluster (its one endpoint's port: its content)."""
+    resources = {t: dict(snap.of_type(t)) for t in PUSH_ORDER}
+    for name, port in assignments.items():
+        message = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
+        lb = message.endpoints.add().lb_endpoints.add()
+        lb.endpoint.address.socket_address.address = "192.0.2.1"
+        lb.endpoint.address.socket_address.port_value = port
+        resources[ENDPOINT][name] = Resource.of(message, name)
+    return Snapshot(snap.version, resources)
+
+
+async def test_a_replaced_cluster_gets_its_assignment_again(server: AdsServer, envoy: FakeEnvoy) -> None:
+    """Envoy's replacement of an EDS cluster waits for its assignment and does not ask: it is sent
+    again, unchanged, right after the cluster; an assignment alone changes alone."""
+    server.set_snapshot(with_assignments(snapshot("v1", clusters={"a": 1, "b": 1}), {"a": 443, "b": 443}))
+    await subscribe_all(envoy)
+    await envoy.request(ENDPOINT, ["a", "b"])
+    eds = await envoy.response()
+    assert sorted(item.name for item in eds.resources) == ["a", "b"]
+    await envoy.ack(eds)
+    # Cluster a changes (a rotated secret, say), its assignment does not.
+    server.set_snapshot(with_assignments(snapshot("v2", clusters={"a": 2, "b": 1}), {"a": 443, "b": 443}))
+    cds = await envoy.response()
+    assert names(cds) == ["a"]
+    eds = await envoy.response()
+    assert (eds.type_url, [item.name for item in eds.resources]) == (ENDPOINT, ["a"])
+    await envoy.ack(cds)
+    await envoy.ack(eds)
+    # A new answer for b: its assignment alone, no cluster.
+    server.set_snapshot(with_assignments(snapshot("v3", clusters={"a": 2, "b": 1}), {"a": 443, "b": 8443}))
+    eds = await envoy.response()
+    assert (eds.type_url, [item.name for item in eds.resources]) == (ENDPOINT, ["b"])
+    await envoy.no_response()

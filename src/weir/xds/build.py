@@ -53,6 +53,7 @@ from weir.xds.common import (
     guarded,
     upstream_of,
 )
+from weir.xds.endpoints import EGRESS_DENIED, egress_denied_listener
 from weir.xds.listeners import (
     ACCESS_LOG_FORMAT,
     EGRESS_DENIED_BODY,
@@ -105,10 +106,12 @@ _path_rewrite = path_rewrite
 def build(ir_: ir.IR) -> dict[str, dict[str, Message]]:
     """Envoy resources for ``ir_``: type URL → resource name → message.
 
-    All four type URLs of :mod:`weir.xds.snapshot` are present, possibly
-    empty; names are inserted in sorted order. Raises :class:`ValueError` when
-    the IR breaks its own contract (a duplicate name, a reference to an
-    upstream or secret that does not exist or is of the wrong kind, TLS
+    Every type URL of :mod:`weir.xds.snapshot` is present, possibly empty
+    (endpoints always are: the controller adds them,
+    :mod:`weir.external_endpoints`); names are inserted in sorted order.
+    Raises :class:`ValueError` when the IR breaks its own contract (a
+    duplicate name, a reference to an upstream or secret that does not
+    exist or is of the wrong kind, TLS
     without a trust source or without names to verify): such an IR is a bug
     in translation, and serving it could be insecure or fail silently.
 
@@ -139,6 +142,10 @@ class Parts:
 
     def mirror_egress(self) -> dict[str, dict[str, Any]]:
         return mirror_egress_part()
+
+    def egress_denied(self) -> dict[str, Any]:
+        """The listener answering for names whose addresses are all denied (:mod:`weir.xds.endpoints`)."""
+        return {EGRESS_DENIED: egress_denied_listener()}
 
     def listener(
         self,
@@ -199,7 +206,9 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
     if any(guarded(upstream) for upstream in upstreams.values()):
         for type_url, by_name in parts.mirror_egress().items():
             out[type_url] = {**out[type_url], **by_name}
-    if tunneled or MIRROR_EGRESS in out[CLUSTER]:
+    if any(isinstance(upstream.destination, ir.DnsName) for upstream in upstreams.values()):
+        out[LISTENER] = {**out[LISTENER], **parts.egress_denied()}
+    if tunneled or MIRROR_EGRESS in out[CLUSTER] or EGRESS_DENIED in out[LISTENER]:
         for type_url in (LISTENER, CLUSTER):
             out[type_url] = dict(sorted(out[type_url].items()))
     out[ROUTE] = dict(sorted(out[ROUTE].items()))  # HTTPS servers' routes are named after them

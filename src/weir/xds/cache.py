@@ -40,7 +40,7 @@ from weir.xds.listeners import tls_listener
 from weir.xds.mcp import uses_tool_policies
 from weir.xds.routes import route_bytes, route_configuration_bytes, virtual_host_field
 from weir.xds.secrets import envoy_secret
-from weir.xds.snapshot import CLUSTER, ROUTE, SECRET, Resource, content_version
+from weir.xds.snapshot import CLUSTER, LISTENER, ROUTE, SECRET, Resource, content_version
 
 _V = TypeVar("_V")
 _T = TypeVar("_T")
@@ -470,6 +470,9 @@ class _CachedParts(_build.Parts):
     def mirror_egress(self) -> dict[str, dict[str, Any]]:
         return _mirror_egress()
 
+    def egress_denied(self) -> dict[str, Any]:
+        return _egress_denied()
+
     def tcp_egress(
         self, tunneled: tuple[ir.TcpListener | ir.TlsRelay, ...], upstreams: Mapping[str, ir.Upstream]
     ) -> dict[str, dict[str, Any]]:
@@ -485,6 +488,11 @@ class _CachedParts(_build.Parts):
 @functools.lru_cache(maxsize=1)
 def _mirror_egress() -> dict[str, dict[str, Resource]]:
     return _serialised(_build.mirror_egress_part())
+
+
+@functools.lru_cache(maxsize=1)
+def _egress_denied() -> dict[str, Resource]:
+    return _serialised({LISTENER: _build.Parts().egress_denied()})[LISTENER]
 
 
 def _differ(

@@ -1,11 +1,12 @@
 """Clusters: IR upstreams → Envoy ``Cluster`` resources (part of :mod:`weir.xds.build`).
 
 :func:`upstream_cluster` gives an upstream's cluster: how its endpoints are
-found (static addresses, or the DNS cluster extension with its c-ares
-resolver settings), the HTTP version spoken to them, the upstream HTTP
-filters that run once a host is chosen and before any connection (the egress
-guard, removal of internal headers on the way to an external hostname, the
-injected credential of a ``BackendCredentialPolicy``), and
+found (static addresses, or, for an external hostname, EDS: the addresses
+weir resolved and its egress policy allows, :mod:`weir.xds.endpoints`), the
+HTTP version spoken to them, the upstream HTTP filters that run once a host
+is chosen and before any connection (removal of internal headers on the way
+to an external hostname, the injected credential of a
+``BackendCredentialPolicy``), and
 TLS origination that always verifies the chain and a subject alt name.
 :func:`tcp_egress_cluster` and :func:`mirror_egress_cluster` lead to the
 internal listeners :data:`~weir.xds.common.TCP_EGRESS` and
@@ -26,36 +27,28 @@ from typing import Any
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
-from envoy.config.core.v3 import address_pb2, extension_pb2
+from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.config.rbac.v3 import rbac_pb2
-from envoy.extensions.clusters.common.dns.v3 import dns_pb2
-from envoy.extensions.clusters.dns.v3 import dns_cluster_pb2
 from envoy.extensions.filters.http.credential_injector.v3 import credential_injector_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
-from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.extensions.http.injected_credentials.generic.v3 import generic_pb2
-from envoy.extensions.network.dns_resolver.cares.v3 import cares_dns_resolver_pb2
-from envoy.extensions.rbac.matchers.upstream_ip_port.v3 import upstream_ip_port_matcher_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import percent_pb2
-from google.protobuf import duration_pb2, wrappers_pb2
+from google.protobuf import wrappers_pb2
 
 from weir import ir
-from weir.addresses import enforced_ranges
 from weir.xds.common import (
-    EGRESS_POLICY_PREFIX,
     HTTP_PROTOCOL_OPTIONS,
     MIRROR_EGRESS,
     TCP_EGRESS,
+    ads,
     duration_ms,
-    guarded,
     pack,
     socket_address,
 )
@@ -100,24 +93,11 @@ def upstream_cluster(upstream: ir.Upstream, dns: ir.DnsSettings) -> Any:
             _load_assignment(upstream.name, [(e.address, e.port) for e in endpoints])
         )
     else:
-        # The DNS cluster extension, not the deprecated ``type: STRICT_DNS``.
-        out.cluster_type.name = "envoy.cluster.dns"
-        out.cluster_type.typed_config.CopyFrom(_packed_dns_cluster(destination.dns or dns))
-        out.load_assignment.CopyFrom(
-            _load_assignment(upstream.name, [(destination.hostname, destination.port)])
-        )
+        # weir resolves the name and serves only allowed addresses (weir.xds.endpoints).
+        out.type = cluster_pb2.Cluster.EDS
+        out.eds_cluster_config.eds_config.CopyFrom(ads())
     if upstream.protocol not in (ir.UpstreamProtocol.TCP, ir.UpstreamProtocol.UDP):
         options = _http_protocol_options(upstream)
-        # The egress guard lives here, with the HTTP options.
-        options.http_filters.extend(_upstream_filters(upstream))
-        out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
-    elif guarded(upstream):
-        # A TCP cluster speaks no HTTP, but its guard is an HTTP filter: TCP
-        # listeners reach a guarded TCP cluster through TCP_EGRESS, whose router
-        # runs these filters before it opens the plain TCP connection (see
-        # weir.xds.listeners.tcp_listener). The HTTP version is required by the message and unused.
-        options = http_protocol_options_pb2.HttpProtocolOptions()
-        options.explicit_http_config.http_protocol_options.SetInParent()
         options.http_filters.extend(_upstream_filters(upstream))
         out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
     if upstream.tls is not None:
@@ -174,24 +154,20 @@ def _http_protocol_options(upstream: ir.Upstream) -> Any:
 
 
 # --------------------------------------------------------------------------
-# Upstream filters: egress guard, internal headers
+# Upstream filters: internal headers, credentials
 # --------------------------------------------------------------------------
 
 
 def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     """HTTP filters of the cluster: they run once a host is chosen for a request, before any connection.
 
-    An external hostname gets the egress guard (when it denies something) and
-    the removal of internal headers (not a ``TCP`` one: no headers reach it,
+    An external hostname gets the removal of internal headers (not a ``TCP`` one: no headers reach it,
     the filters only see the ``CONNECT`` that :data:`TCP_EGRESS` terminates);
     an HTTP upstream with a credential gets the credential injector, last;
     the codec ends a non-empty chain. Other upstreams keep Envoy's default
     chain (the codec alone).
     """
     filters = []
-    guard = upstream.egress_guard
-    if guard is not None and guard.denied_networks:
-        filters.append(hcm_pb2.HttpFilter(name="weir.egress_guard", typed_config=_packed_guard(guard)))
     # no headers ever reach a TCP (or UDP) upstream
     http = upstream.protocol not in (ir.UpstreamProtocol.TCP, ir.UpstreamProtocol.UDP)
     if http and (upstream.host_header is not None or isinstance(upstream.destination, ir.DnsName)):
@@ -228,70 +204,9 @@ def _credential_filter(credential: ir.CredentialInjection) -> Any:
 
 # Every external upstream carries the same few filter and DNS configurations: build
 # and pack each once (callers copy the Any into their own message, never change it).
-@functools.lru_cache(maxsize=64)
-def _packed_guard(guard: ir.EgressGuard) -> Any:
-    return pack(_egress_guard(guard))
-
-
 @functools.lru_cache(maxsize=1)
 def _packed_strip_internal_headers() -> Any:
     return pack(_strip_internal_headers())
-
-
-@functools.lru_cache(maxsize=64)
-def _packed_dns_cluster(dns: ir.DnsSettings) -> Any:
-    return pack(_dns_cluster(dns))
-
-
-def _egress_guard(guard: ir.EgressGuard) -> Any:
-    """An RBAC filter denying requests whose chosen upstream address is in a denied network.
-
-    One DENY policy per network, named after it (the name shows in the
-    response code details). The ``upstream_ip_port`` matcher compares
-    addresses as written, and ``64:ff9b::10.0.0.1`` is not inside
-    ``10.0.0.0/8`` although a NAT64 gateway delivers it there: each policy
-    holds every written form of its network (:func:`weir.addresses.enforced_ranges`).
-    The forms of the other family sit behind one check of the family
-    (``::/0``), so that an IPv4 address, the common case, costs each IPv4
-    network two comparisons, not six: every allowed request runs every
-    policy, and with the complete default list the guard's CPU per request
-    had doubled (bench/dataplane.py levers). The same matcher in the
-    listener's RBAC filter would fail open (no upstream address is known
-    there yet); on the cluster it works.
-    """
-    policies = {}
-    for name, ranges in enforced_ranges(guard.denied_networks).items():
-        own = [net for net in ranges if net.version == ranges[0].version]
-        other = [net for net in ranges if net.version != ranges[0].version]
-        permissions = [_upstream_ip(str(net.network_address), net.prefixlen) for net in own]
-        if other:
-            family = _upstream_ip("::" if other[0].version == 6 else "0.0.0.0", 0)
-            forms = rbac_pb2.Permission.Set(
-                rules=[_upstream_ip(str(net.network_address), net.prefixlen) for net in other]
-            )
-            permissions.append(
-                rbac_pb2.Permission(
-                    and_rules=rbac_pb2.Permission.Set(rules=[family, rbac_pb2.Permission(or_rules=forms)])
-                )
-            )
-        policies[EGRESS_POLICY_PREFIX + name] = rbac_pb2.Policy(
-            permissions=permissions, principals=[rbac_pb2.Principal(any=True)]
-        )
-    rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies=policies)
-    return rbac_filter_pb2.RBAC(rules=rules)
-
-
-def _upstream_ip(address: str, prefix_len: int) -> Any:
-    matcher = upstream_ip_port_matcher_pb2.UpstreamIpPortMatcher(
-        upstream_ip=address_pb2.CidrRange(
-            address_prefix=address, prefix_len=wrappers_pb2.UInt32Value(value=prefix_len)
-        )
-    )
-    return rbac_pb2.Permission(
-        matcher=extension_pb2.TypedExtensionConfig(
-            name="envoy.rbac.matchers.upstream_ip_port", typed_config=pack(matcher)
-        )
-    )
 
 
 def _strip_internal_headers() -> Any:
@@ -335,60 +250,6 @@ def _strip_internal_headers() -> Any:
             request_trailers_mutations=request,
             response_trailers_mutations=response_trailers,
         )
-    )
-
-
-# --------------------------------------------------------------------------
-# DNS
-# --------------------------------------------------------------------------
-
-
-def _dns_cluster(dns: ir.DnsSettings) -> Any:
-    """How a DNS upstream resolves and re-resolves its hostname.
-
-    V4_PREFERRED: use IPv6 only when a name has no IPv4 address, because many
-    hosts have no IPv6 route. ``respect_dns_ttl`` follows the record's TTL so
-    that a moved service is followed as fast as its owner intends. A failed
-    lookup is retried after 250 ms, backing off to 5 s: by default Envoy waits
-    the full 5 s refresh interval, and when thousands of clusters load at once
-    the first lookups time out while Envoy's main thread is busy, leaving every
-    route answering 503 for those 5 s (measured by bench/controlplane.py).
-    """
-    return dns_cluster_pb2.DnsCluster(
-        dns_lookup_family=dns_pb2.V4_PREFERRED,
-        respect_dns_ttl=True,
-        dns_failure_refresh_rate=dns_cluster_pb2.DnsCluster.RefreshRate(
-            base_interval=duration_pb2.Duration(nanos=250_000_000),
-            max_interval=duration_pb2.Duration(seconds=5),
-        ),
-        typed_dns_resolver_config=_dns_resolver(dns),
-    )
-
-
-def _dns_resolver(dns: ir.DnsSettings) -> Any:
-    """The c-ares resolver, bounded by ``lookup_timeout_ms``.
-
-    With c-ares defaults a silent DNS server holds a cluster warming (and with
-    it Envoy's CDS ACK) for about 50 s. One try with a timeout of the whole
-    seconds within the bound (c-ares counts in seconds, at least 1) caps it.
-    It is set with and without custom resolvers, since the system's resolver
-    can be silent too. Custom resolvers replace the system's
-    (``use_resolvers_as_fallback: false``). This host's search domains are
-    never appended, system resolver included: an external hostname is fully
-    qualified, and in a Kubernetes pod (``ndots:5``) ``openai.com`` would
-    first be tried as ``openai.com.svc.cluster.local``, the Service
-    ``openai`` of a namespace ``com``.
-    """
-    config = cares_dns_resolver_pb2.CaresDnsResolverConfig(
-        query_timeout_seconds=wrappers_pb2.UInt64Value(value=max(1, dns.lookup_timeout_ms // 1000)),
-        query_tries=wrappers_pb2.UInt32Value(value=1),
-    )
-    config.dns_resolver_options.no_default_search_domain = True
-    if dns.resolvers:
-        config.resolvers.extend(socket_address(host, port) for host, port in dns.resolvers)
-        config.use_resolvers_as_fallback = False
-    return extension_pb2.TypedExtensionConfig(
-        name="envoy.network.dns_resolver.cares", typed_config=pack(config)
     )
 
 

@@ -78,7 +78,14 @@ def cluster_name(upstream: ir.Upstream | None) -> str:
 
 
 def guarded(upstream: ir.Upstream) -> bool:
-    return upstream.egress_guard is not None and bool(upstream.egress_guard.denied_networks)
+    """Whether ``upstream`` needs a per-request guard in Envoy: never any more.
+
+    External hostnames are EDS clusters whose assignments hold only allowed
+    addresses (:mod:`weir.xds.endpoints`), so no path needs the detours
+    through :data:`TCP_EGRESS` or :data:`MIRROR_EGRESS` that a per-request
+    filter needed.
+    """
+    return False
 
 
 def tunnel_authority(name: str) -> str:

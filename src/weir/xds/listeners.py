@@ -47,7 +47,6 @@ from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 from weir import ir
 from weir.xds import filters
 from weir.xds.common import (
-    EGRESS_POLICY_PREFIX,
     MIRROR_CLUSTER_HEADER,
     MIRROR_EGRESS,
     TCP_EGRESS,
@@ -59,6 +58,7 @@ from weir.xds.common import (
     socket_address,
     tunnel_authority,
 )
+from weir.xds.endpoints import DENIED_HOST_PREFIX
 from weir.xds.secrets import sds
 
 #: JSON access log fields; the ones that explain a failure are included
@@ -113,10 +113,11 @@ TLS_RELAY_ACCESS_LOG_FORMAT = {**TCP_ACCESS_LOG_FORMAT, "server_name": "%REQUEST
 HTTPS_ALPN = ("h2", "http/1.1")
 
 
-#: The body of the 403 a client gets when the guard refuses a request.
+#: The body of the 403 a client gets when every address of an external hostname is denied
+#: (the upstream host is ``envoy://weir-egress-denied/<each address and its network>``).
 EGRESS_DENIED_BODY = (
-    "weir egress guard: %UPSTREAM_CLUSTER% resolved to %UPSTREAM_HOST%, which is in a denied "
-    "network; no connection was made (%RESPONSE_CODE_DETAILS%)\n"
+    "weir egress guard: every address %UPSTREAM_CLUSTER% resolves to is in a denied network; "
+    "no connection was made [%UPSTREAM_HOST%]\n"
 )
 
 
@@ -194,16 +195,18 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
 def _local_replies(needs: filters.ChainNeeds) -> Any:
     """Envoy's own answers, reworded where its default says too little.
 
-    The egress guard (an RBAC filter on the cluster) answers ``403 RBAC:
-    access denied``, which RBAC cannot change per filter. This mapper, on
-    the connection manager that relays that answer, selects it by its
-    response code details (a CEL filter: the policy names are weir's) and
-    replaces the body with one naming the upstream and the refused address.
-    The filter modules add theirs (the MCP tool policy's refusals become
-    JSON-RPC errors the same way: :func:`weir.xds.mcp.local_reply_mappers`).
+    A request to an external hostname whose every address is denied reaches
+    the endpoint :data:`weir.xds.endpoints.EGRESS_DENIED`, which closes the
+    connection (Envoy's answer: 503, reset before headers). This mapper
+    selects those by the upstream host's address (a CEL filter; the
+    address is weir's) and answers 403 naming the upstream and the refused
+    addresses (for a gRPC call, ``PERMISSION_DENIED``).
+    The filter modules add theirs (:mod:`weir.xds.filters`): the MCP tool
+    policy's refusals become JSON-RPC errors the same way
+    (:func:`weir.xds.mcp.local_reply_mappers`).
     """
     denied = cel_pb2.ExpressionFilter(
-        expression=f"response.code_details.startsWith('rbac_access_denied_matched_policy[{EGRESS_POLICY_PREFIX}')"
+        expression=f"has(upstream.address) && upstream.address.startsWith('{DENIED_HOST_PREFIX}')"
     )
     body = format_pb2.SubstitutionFormatString(
         text_format_source=base_pb2.DataSource(inline_string=EGRESS_DENIED_BODY)
@@ -214,6 +217,7 @@ def _local_replies(needs: filters.ChainNeeds) -> Any:
                 name="envoy.access_loggers.extension_filters.cel", typed_config=pack(denied)
             )
         ),
+        status_code=wrappers_pb2.UInt32Value(value=403),
         body_format_override=body,
     )
     return hcm_pb2.LocalReplyConfig(mappers=[mapper, *filters.local_reply_mappers(needs)])

@@ -20,8 +20,11 @@ How a snapshot reaches Envoy
   edit of one route sends one route configuration, not ten thousand
   clusters.
 * Clusters and listeners are wildcard subscriptions (Envoy wants them all);
-  route configurations and secrets are asked for by name, and a name newly
-  asked for is answered at once. Removals are only ever sent for wildcard
+  route configurations, secrets and cluster load assignments (EDS, the
+  addresses of external hostnames: :mod:`weir.xds.endpoints`) are asked for
+  by name, and a name newly asked for is answered at once. A cluster sent
+  again is followed by its assignment, changed or not: Envoy's replacement
+  cluster waits for one and does not ask. Removals are only ever sent for wildcard
   types: Envoy unsubscribes from a route configuration or secret, and drops
   it, once nothing uses it any more (a removal of a route configuration
   still in use is ignored by Envoy anyway).
@@ -88,7 +91,7 @@ from weir.xds.acks import (
     short_type_name,
 )
 from weir.xds.counters import XdsCounters
-from weir.xds.snapshot import PUSH_ORDER, WILDCARD_TYPES, Resource, Snapshot
+from weir.xds.snapshot import CLUSTER, ENDPOINT, PUSH_ORDER, WILDCARD_TYPES, Resource, Snapshot
 
 __all__ = [
     "AckResult",
@@ -507,11 +510,18 @@ class AdsServer:
         if snapshot is None:
             return []
         responses: list[Any] = []
+        replaced: set[str] = set()  # clusters sent in this push
         order = list(PUSH_ORDER) + [t for t in stream.subs if t not in PUSH_ORDER]
         for type_url in order:
             sub = stream.subs.get(type_url)
             if sub is None or not sub.subscribed:
                 continue
+            if type_url == ENDPOINT and replaced:
+                # An EDS cluster Envoy replaces waits (warming) for its assignment again,
+                # and Envoy does not ask for it: send it again, changed or not.
+                for name in replaced:
+                    sub.known.pop(name, None)
+                sub.synced_resources = None
             if not sub.active and sub.responded:
                 continue
             if sub.synced_resources is snapshot.of_type(type_url) and not sub.suspects:
@@ -523,6 +533,8 @@ class AdsServer:
             )
             if response is not None:
                 responses.append(response)
+                if type_url == CLUSTER:
+                    replaced = set(send)
         return responses
 
     def _changes(

@@ -19,11 +19,13 @@ from google.protobuf.message import Message
 LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 SECRET = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
 #: The order in which a changed snapshot is pushed: what a resource refers to
-#: goes before the resource (make before break).
-PUSH_ORDER = (SECRET, CLUSTER, LISTENER, ROUTE)
+#: goes before the resource (make before break). Endpoints (of the EDS clusters
+#: of external hostnames) follow their clusters, as Envoy asks for them then.
+PUSH_ORDER = (SECRET, CLUSTER, ENDPOINT, LISTENER, ROUTE)
 
 #: Types Envoy subscribes to with a wildcard (it wants all of them); the
 #: others it asks for by name.
