@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
-from unit_manifests import GATEWAY
 
+from unit_manifests import GATEWAY
 from weir.cli import app
 
 runner = CliRunner()
