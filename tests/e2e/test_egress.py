@@ -35,7 +35,7 @@ from weir_harness import (
     xbackend,
 )
 
-from weir.telemetry import EGRESS_REFUSED_STAT
+from weir.envoy_stats import EGRESS_REFUSED_STAT
 from weir.testkit import DnsStub, RecordingUpstream, UpstreamResponse, free_port
 
 API_HOST = "api.example.test"

@@ -20,7 +20,7 @@ import re2
 from weir import ir
 from weir.bootstrap import STATS_KEPT, bootstrap, keeps, with_admin_socket
 from weir.envoy import EnvoyProcess
-from weir.telemetry import EGRESS_REFUSED_STAT, ENVOY_STATS_USED
+from weir.envoy_stats import EGRESS_REFUSED_STAT, ENVOY_STATS_USED
 from weir.testkit import make_ca
 from weir.xds.cache import BuildCache
 from weir.xds.server import AdsServer

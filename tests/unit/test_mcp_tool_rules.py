@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weir import ir
-from weir.xds import mcp
+from weir.xds import mcp, mcp_list
 
 # ---------------------------------------------------------------------------- an RBAC evaluator
 
@@ -239,6 +239,8 @@ def test_per_filter_config() -> None:
     assert mcp.per_filter_config(plain) == {}
     assert mcp.per_filter_config(None) == {}
     assert set(mcp.per_filter_config(counted)) == {mcp.MCP_FILTER}  # parsing only: metrics
-    assert set(mcp.per_filter_config(guarded)) == {mcp.MCP_FILTER, mcp.TOOLS_FILTER}
-    assert set(mcp.per_filter_config(plain, [guarded])) == {mcp.MCP_FILTER, mcp.TOOLS_FILTER}
+    # A guarded upstream also has its tools/list responses filtered (weir.xds.mcp_list).
+    guarded_filters = {mcp.MCP_FILTER, mcp.TOOLS_FILTER, mcp_list.LIST_FILTER}
+    assert set(mcp.per_filter_config(guarded)) == guarded_filters
+    assert set(mcp.per_filter_config(plain, [guarded])) == guarded_filters
     assert set(mcp.per_filter_config(None, [None])) == set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from weir.xds import filters
 from weir.xds.common import CORS_FILTER
 from weir.xds.mcp import TOOLS_FILTER
+from weir.xds.mcp_list import LIST_FILTER
 
 
 def _names(needs: filters.ChainNeeds) -> list[str]:
@@ -29,8 +30,10 @@ def test_the_chain_starts_with_cors_and_ends_with_the_router() -> None:
 def test_mcp_filters_only_where_routes_need_them() -> None:
     plain = _names(filters.ChainNeeds())
     with_mcp = _names(filters.ChainNeeds(mcp_tools=True))
-    assert len(with_mcp) == len(plain) + 2
+    # The MCP parser, the tool RBAC filter and the tools/list filter.
+    assert len(with_mcp) == len(plain) + 3
     assert TOOLS_FILTER in with_mcp and TOOLS_FILTER not in plain
+    assert LIST_FILTER in with_mcp and LIST_FILTER not in plain
     assert with_mcp.index(TOOLS_FILTER) < with_mcp.index("envoy.filters.http.lua.redirect_host")
     assert not filters.access_logs(filters.ChainNeeds())
     assert filters.access_logs(filters.ChainNeeds(mcp_tools=True))

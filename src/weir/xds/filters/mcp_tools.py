@@ -1,4 +1,5 @@
-"""The MCP tool policy filters (:mod:`weir.xds.mcp`): the MCP parser and the tool RBAC filter,
+"""The MCP tool policy filters (:mod:`weir.xds.mcp`): the MCP parser, the tool RBAC filter and
+the ``tools/list`` response filter (:mod:`weir.xds.mcp_list`),
 disabled until a route to an upstream with a tool policy enables them, with their gRPC access log
 and JSON-RPC errors. Only on connection managers some of whose routes need them."""
 
