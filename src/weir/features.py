@@ -53,6 +53,13 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteNamedRouteRule": ("HTTPRouteNamedRule",),
     "GRPCRouteNamedRouteRule": ("GRPCRouteNamedRule",),
     "HTTPRouteParentRefPort": ("HTTPRouteListenerPortMatching",),
+    # GEP-957 "Destination Port Matching" is ParentReference.port: a route bound to the listeners
+    # of one port, and refused (NoMatchingParent) when no listener has that port. Upstream has no
+    # test naming the feature; these cases show both halves.
+    "HTTPRouteDestinationPortMatching": (
+        "HTTPRouteListenerPortMatching",
+        "HTTPRouteInvalidParentRefNotMatchingListenerPort",
+    ),
     "HTTPRoutePathRedirect": ("HTTPRouteRedirectPath",),
     "HTTPRouteRequestMirror": ("HTTPRouteRequestMirror",),
     "HTTPRouteRequestMultipleMirrors": ("HTTPRouteRequestMultipleMirrors",),
