@@ -139,8 +139,11 @@ class _State:
 class Translator:
     """:func:`weir.translate.translate` for successive snapshots of one source (see the module doc)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, patch_always: int | None = None) -> None:
+        """``patch_always``: a patch recomputing at most this many routes is always made (default
+        :data:`PATCH_ALWAYS`; tests of the share rule at small sizes set 0)."""
         self.settings = settings
+        self.patch_always = PATCH_ALWAYS if patch_always is None else patch_always
         self._state: _State | None = None
         #: how many translations were full (and why), patched, or found nothing changed
         self.counts: Counter[str] = Counter()
@@ -159,7 +162,7 @@ class Translator:
                 self._count("unchanged")
                 return state.translation
             why = "unserved kinds" if resources.unserved != state.resources.unserved else None
-            why = why or _patch(state, resources, changed, self.settings)
+            why = why or _patch(state, resources, changed, self.settings, self.patch_always)
             if why is None:
                 self._state = state
                 self._count("patched")
@@ -178,6 +181,10 @@ class Translator:
 #: and new state side by side and does per-route bookkeeping a full pass does not (a CA that every
 #: XBackend trusts, at 10,000 routes).
 _PATCH_AT_MOST = 0.5
+
+#: ... unless it recomputes at most this many: a patch that small is cheap whatever the share, and a
+#: small configuration (one route edited of two) keeps taking the same path as a large one.
+PATCH_ALWAYS = 64
 
 #: Beyond this many replaced objects, equal ones are not looked for (the pass will be full anyway).
 _COMPARE_AT_MOST = 256
@@ -336,7 +343,9 @@ def _changed_backends(state: _State, resources: Resources, changed: Iterable[Obj
     return out
 
 
-def _patch(state: _State, resources: Resources, changed: set[ObjectKey], settings: Settings) -> str | None:
+def _patch(
+    state: _State, resources: Resources, changed: set[ObjectKey], settings: Settings, patch_always: int
+) -> str | None:
     """Bring ``state`` to ``resources``; else (``state`` untouched) why only a full pass can."""
     if any(key.kind not in PATCHED_KINDS and key.kind not in CONFIG_KINDS for key in changed):
         return "other kinds changed"
@@ -346,7 +355,7 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     todo = {key for key in changed if key.kind == "HTTPRoute"}
     for backend in backends:
         todo.update(state.readers.get(backend, ()))
-    if len(todo) > _PATCH_AT_MOST * max(len(state.units), 1):
+    if len(todo) > max(_PATCH_AT_MOST * len(state.units), patch_always):
         return "most routes to recompute"
 
     # Compute everything first, mutate nothing until the patch is known to apply.
