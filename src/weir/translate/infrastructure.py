@@ -50,9 +50,9 @@ GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
 CLASS_LABEL = "gateway.networking.k8s.io/gateway-class-name"
 #: weir's mark: the uid of the Gateway the Service or EndpointSlice is for.
 GATEWAY_UID_LABEL = "weir.dev/gateway-uid"
-#: ``endpointslice.kubernetes.io/managed-by`` of weir's EndpointSlices (Kubernetes' own controllers
-#: leave slices managed by another name alone).
-MANAGED_BY = "weir.dev/gateway-services"
+#: ``endpointslice.kubernetes.io/managed-by`` of weir's EndpointSlices (a label value: no slash).
+#: Kubernetes' own controllers leave slices managed by another name alone.
+MANAGED_BY = "gateway-services.weir.dev"
 #: The ``spec.infrastructure`` keys weir put on the Service (JSON ``{"labels": [...], "annotations":
 #: [...]}``): removed from the Service when removed from the Gateway; other keys are never touched.
 TRACKED_ANNOTATION = "weir.dev/infrastructure-keys"

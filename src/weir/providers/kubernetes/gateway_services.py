@@ -15,7 +15,7 @@ What the Service is, and how translation reads it, is in
   or other controllers added are never touched. Changes are merge patches
   guarded by ``resourceVersion`` (a 409 compares again).
 * **Its EndpointSlices** (``<service>-ipv4`` / ``-ipv6``), managed by
-  ``weir.dev/gateway-services`` and owned by the Service: the endpoints (addresses
+  ``gateway-services.weir.dev`` and owned by the Service: the endpoints (addresses
   and conditions) of the ``--publish-service`` Service's slices, which
   Kubernetes keeps for weir's pods, with the Gateway Service's ports. A
   Service selects pods only in its own namespace; weir's pods are in weir's.
