@@ -210,6 +210,9 @@ class _Wish:
     gateways: tuple[Gateway, ...]
     sources: tuple[EndpointSlice, ...]
     gateways_served: bool
+    #: ``(namespace, name)`` of Services that have a Gateway's Service's name and not its uid label
+    #: (not weir's: left alone, without asking the API server to create them again each pass)
+    foreign: frozenset[tuple[str, str]] = frozenset()
 
 
 class GatewayServices:
@@ -235,11 +238,13 @@ class GatewayServices:
         self._is_leader = is_leader
         self._backoff = backoff
         self._report = report
-        self._wish = _Wish((), (), False)
+        self._wish = _Wish((), (), False, frozenset())
         self._seen: object = None
         self._dirty = False
         self._wake = asyncio.Event()
-        self._reported: dict[str, str] = {}  # Gateway uid -> last problem reported
+        #: Gateway uid -> the problems reported while they last (reported again only once gone and back)
+        self._reported: dict[str, set[str]] = {}
+        self._now: set[str] = set()  # the problems of the Gateway being compared
         #: Writes made (for logs and tests).
         self.created = 0
         self.updated = 0
@@ -274,7 +279,13 @@ class GatewayServices:
         if seen == self._seen:
             return
         self._seen = seen
-        self._wish = _Wish(gateways, sources, served)
+        foreign = frozenset(
+            (gw.namespace, service_name(gw.name))
+            for gw in gateways
+            if (svc := resources.service(gw.namespace, service_name(gw.name))) is not None
+            and svc.metadata.labels.get(GATEWAY_UID_LABEL) is None
+        )
+        self._wish = _Wish(gateways, sources, served, foreign)
         self._dirty = True
         self._wake.set()
 
@@ -313,10 +324,9 @@ class GatewayServices:
 
     def _problem(self, gw: Gateway, reason: str, message: str) -> None:
         """Log and report (an Event) a problem of ``gw``'s Service, once per distinct problem."""
-        uid = gw.metadata.uid or ""
-        if self._reported.get(uid) == message:
+        self._now.add(message)
+        if message in self._reported.get(gw.metadata.uid or "", set()):
             return
-        self._reported[uid] = message
         log.warning("Gateway %s/%s: %s", gw.namespace, gw.name, message)
         if self._report is not None:
             self._report(gw, reason, message)
@@ -334,14 +344,20 @@ class GatewayServices:
             if not self._is_leader():
                 return False
             key = (gw.namespace, service_name(gw.name))
+            uid = gw.metadata.uid or ""
+            self._now = set()
             try:
-                svc = await self._service(gw, by_name.get(key), wanted_uids)
-                if svc is None:
-                    continue
-                kept.add(key)
-                want = desired_slices(gw, svc, wish.sources)
-                kept_slices.update((gw.namespace, name) for name in want)
-                await self._slices(gw, want, slices)
+                if key in wish.foreign and key not in by_name:
+                    self._foreign(gw, key[1])
+                    svc = None
+                else:
+                    svc = await self._service(gw, by_name.get(key), wanted_uids)
+                if svc is not None:
+                    kept.add(key)
+                    want = desired_slices(gw, svc, wish.sources)
+                    kept_slices.update((gw.namespace, name) for name in want)
+                    await self._slices(gw, want, slices)
+                self._reported[uid] = self._now  # what is no longer a problem is forgotten
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -364,6 +380,8 @@ class GatewayServices:
                     "GatewayServiceFailed",
                     f"cannot create or update Service {key[0]}/{key[1]}: {describe(exc)}",
                 )
+                self._reported.setdefault(uid, set()).update(self._now)
+        self._reported = {u: seen for u, seen in self._reported.items() if u in wanted_uids}
         if not wish.gateways_served:
             return retry  # the Gateways are unknown: delete nothing
         for raw in slices:
@@ -374,9 +392,9 @@ class GatewayServices:
                 self.deleted += 1
         for raw in services:
             meta = raw.get("metadata") or {}
-            uid = (meta.get("labels") or {}).get(GATEWAY_UID_LABEL)
+            owner = str((meta.get("labels") or {}).get(GATEWAY_UID_LABEL))
             where = (str(meta.get("namespace")), str(meta.get("name")))
-            if where in kept or uid in wanted_uids or not owned_by(raw, str(uid)) or not self._is_leader():
+            if where in kept or owner in wanted_uids or not owned_by(raw, owner) or not self._is_leader():
                 continue
             await self._api.delete(SERVICE, *where)
             self.deleted += 1
@@ -412,10 +430,8 @@ class GatewayServices:
                 self._foreign(gw, name)
                 return None
             self.created += 1
-            self._reported.pop(uid, None)
             log.info("created Service %s/%s for Gateway %s", gw.namespace, name, gw.name)
             return made
-        self._reported.pop(uid, None)
         patch = service_patch(raw, gw, self._type)
         if patch is None:
             return raw
@@ -444,7 +460,19 @@ class GatewayServices:
         for name, body in want.items():
             raw = have.get(name)
             if raw is None:
-                await self._api.create(ENDPOINT_SLICE, body)
+                try:
+                    await self._api.create(ENDPOINT_SLICE, body)
+                except Exception as exc:
+                    if status_code(exc) != 409:
+                        raise
+                    # Not in the list of weir's slices, yet there: someone else's of that name.
+                    self._problem(
+                        gw,
+                        "GatewayServiceFailed",
+                        f"EndpointSlice {gw.namespace}/{name} exists and is not weir's (not managed by "
+                        f"{MANAGED_BY}); the Gateway's Service lists no pods until it is deleted or renamed",
+                    )
+                    continue
                 self.created += 1
             elif _slice_differs(raw, body):
                 patch = {
