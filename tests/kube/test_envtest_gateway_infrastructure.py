@@ -217,8 +217,9 @@ async def test_GatewayInfrastructure(fresh_cluster: Cluster) -> None:
         await eventually(
             lambda: not labelled_services(fresh_cluster) and not weirs_slices(fresh_cluster), timeout=15
         )
-        assert provider.gateway_services is not None
-        assert provider.gateway_services.deleted >= 4  # two Services, two slices
+        kept = provider.gateway_services
+        assert kept is not None
+        await eventually(lambda: kept.deleted >= 4)  # two Services, two slices (counted after the reply)
     assert not fresh_cluster.refused_since(mark)
 
 
@@ -284,4 +285,46 @@ async def test_a_service_of_the_same_name_that_is_not_weirs_is_left_alone_and_re
             ),
             timeout=15,
         )
+    assert not fresh_cluster.refused_since(mark)
+
+
+async def test_the_service_of_an_earlier_gateway_of_the_same_name_is_replaced(fresh_cluster: Cluster) -> None:
+    """The Gateway deleted and made again while weir was away (no garbage collector here): the
+    Service weir made for the first one (its uid, its ownerReference) is weir's own, not a foreign
+    one: it is deleted and a Service for the new Gateway made."""
+    admin = fresh_cluster.admin
+    kubeconfig = setup(fresh_cluster)
+    mark = fresh_cluster.audit_mark()
+    http, udp = free_port(), free_port()
+    options = KubernetesOptions(
+        kubeconfig=str(kubeconfig), timing=TIMING, publish_service=PUBLISH, gateway_services="ClusterIP"
+    )
+    admin.apply(infra_gateway(http, udp, {"labels": {"key": "value"}}))
+    async with running_weir(options):
+        [first] = await eventually(lambda: labelled_services(fresh_cluster), timeout=15)
+    admin.delete(GW, "Gateway", NS, NAME)
+    admin.apply(infra_gateway(http, udp, {"labels": {"key": "value"}}))
+    uid = admin.get(GW, "Gateway", NS, NAME)["metadata"]["uid"]  # type: ignore[index]
+    assert first["metadata"]["labels"]["weir.dev/gateway-uid"] != uid
+    async with running_weir(options) as (_controller, provider):
+
+        def replaced() -> list[dict[str, Any]]:
+            found = labelled_services(fresh_cluster)
+            return [s for s in found if s["metadata"]["labels"]["weir.dev/gateway-uid"] == uid]
+
+        [svc] = await eventually(replaced, timeout=15)
+        assert svc["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert svc["metadata"]["uid"] != first["metadata"]["uid"]
+
+        def owned_slices() -> list[dict[str, Any]]:
+            found = weirs_slices(fresh_cluster)
+            return [s for s in found if s["metadata"]["ownerReferences"][0]["uid"] == svc["metadata"]["uid"]]
+
+        [es] = await eventually(owned_slices, timeout=15)
+        assert es["metadata"]["labels"]["weir.dev/gateway-uid"] == uid
+        assert (
+            provider.gateway_services is not None and provider.gateway_services.deleted >= 1
+        )  # before create
+        items = admin.list("events.k8s.io/v1", "Event", NS)["items"]
+        assert not [e for e in items if e["reason"] == "GatewayServiceConflict"]
     assert not fresh_cluster.refused_since(mark)

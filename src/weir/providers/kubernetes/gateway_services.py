@@ -192,9 +192,13 @@ def desired_slices(
 
 
 def _slice_differs(raw: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
-    have_labels = (raw.get("metadata") or {}).get("labels") or {}
+    meta = raw.get("metadata") or {}
+    have_labels = meta.get("labels") or {}
     if any(have_labels.get(k) != v for k, v in want["metadata"]["labels"].items()):
         return True
+    owners = [(r.get("kind"), r.get("uid")) for r in meta.get("ownerReferences") or ()]
+    if owners != [(r["kind"], r["uid"]) for r in want["metadata"]["ownerReferences"]]:
+        return True  # a Service made again (a Gateway of the same name made again)
     endpoints = [
         {"addresses": list(e.get("addresses") or ()), "conditions": dict(e.get("conditions") or {})}
         for e in raw.get("endpoints") or ()
@@ -478,6 +482,7 @@ class GatewayServices:
                 patch = {
                     "metadata": {
                         "labels": body["metadata"]["labels"],
+                        "ownerReferences": body["metadata"]["ownerReferences"],
                         "resourceVersion": (raw.get("metadata") or {}).get("resourceVersion"),
                     },
                     "endpoints": body["endpoints"],
