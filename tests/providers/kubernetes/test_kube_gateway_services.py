@@ -263,3 +263,21 @@ def test_the_flag_is_refused_where_it_cannot_work(args: list[str], says: str) ->
 def test_the_provider_option_needs_the_publish_service() -> None:
     with pytest.raises(ValueError, match="needs publish_service"):
         KubernetesOptions(gateway_services="ClusterIP")
+
+
+def test_the_flag_reaches_the_provider() -> None:
+    from weir.cli import _kube_options
+
+    options, publish, _ = _kube_options(
+        kubeconfig=None,
+        namespace=[],
+        lease_namespace=None,
+        lease_name="weir-leader",
+        lease_duration=15.0,
+        publish_service="weir-system/weir",
+        gateway_address=[],
+        controller_name="weir.dev/gateway-controller",
+        reprobe_interval=30.0,
+        gateway_services="LoadBalancer",
+    )
+    assert options.gateway_services == "LoadBalancer" and publish == ("weir-system", "weir")
