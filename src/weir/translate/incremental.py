@@ -68,7 +68,15 @@ from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import XBackend
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
-from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, patched_listener
+from weir.translate import (
+    Pass,
+    Settings,
+    Surroundings,
+    Translation,
+    full_pass,
+    infrastructure,
+    patched_listener,
+)
 from weir.translate.backends import SELECTOR_SERVICE_LABEL, BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
@@ -253,6 +261,9 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         pinned.update(ObjectKey(t.kind, t.namespace, t.name) for t in policy_targets)
     if settings.publish_service is not None:
         pinned.add(ObjectKey("Service", *settings.publish_service))
+    if settings.gateway_services is not None:  # each Gateway's own Service gives its addresses
+        own = infrastructure.service_name
+        pinned.update(ObjectKey("Service", gw.namespace, own(gw.name)) for gw in resources.gateways)
     translation = passed.translation
     by_key, existing = parent_index(resources, passed.surroundings.gateways)
     config_readers: dict[str, set[ObjectKey]] = {}
