@@ -13,7 +13,7 @@ from weir.xds.filters import ChainNeeds, HttpFilterModule
 
 
 def _filters(needs: ChainNeeds) -> Sequence[Any]:
-    return mcp.http_filters() if needs.mcp_tools else ()
+    return mcp.http_filters(needs.mcp_jwt) if needs.mcp_tools else ()
 
 
 def _access_logs(needs: ChainNeeds) -> Sequence[Any]:
