@@ -184,7 +184,8 @@ MCP_CASES += [
         "gateway verifies tokens with",
     ),
     (
-        f"targetRefs: [{XB}]\njwt: {{issuer: i, jwks: {{}}}}\nrules: [{{from: {{jwt: {{}}}}, allowedTools: [a]}}]",
+        f"targetRefs: [{XB}]\njwt: {{issuer: i, jwks: {{}}}}\n"
+        "rules: [{from: {jwt: {}}, allowedTools: [a]}]",
         'spec.jwt.jwks: Invalid value: "object": set exactly one of configMapRef and secretRef',
     ),
     (
