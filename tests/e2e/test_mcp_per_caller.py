@@ -50,7 +50,9 @@ CLIENT_SAN = "agent.ci.test"
 ACCEPT = "application/json, text/event-stream"
 
 
-def manifests(http_port: int, https_port: int, server: ToolServer, jwks: str, ca: trustme.CA) -> str:
+def manifests(
+    http_port: int, https_port: int, fallback_port: int, server: ToolServer, jwks: str, ca: trustme.CA
+) -> str:
     cert = ca.issue_cert("127.0.0.1")
     crt = base64.b64encode(cert.cert_chain_pems[0].bytes()).decode()
     key = base64.b64encode(cert.private_key_pem.bytes()).decode()
@@ -76,6 +78,23 @@ spec:
   - {{name: http, port: {http_port}, protocol: HTTP}}
   - name: https
     port: {https_port}
+    protocol: HTTPS
+    tls: {{certificateRefs: [{{name: gw-cert}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: fallback, namespace: default}}
+spec:
+  gatewayClassName: weir
+  tls:
+    frontend:
+      default:
+        validation:
+          caCertificateRefs: [{{group: "", kind: ConfigMap, name: client-ca}}]
+          mode: AllowInsecureFallback
+  listeners:
+  - name: https
+    port: {fallback_port}
     protocol: HTTPS
     tls: {{certificateRefs: [{{name: gw-cert}}]}}
 ---
@@ -112,7 +131,7 @@ apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: mcp, namespace: default}}
 spec:
-  parentRefs: [{{name: gw}}]
+  parentRefs: [{{name: gw}}, {{name: fallback}}]
   rules:
   - matches: [{{path: {{value: /team}}}}]
     backendRefs: [{{group: gateway.networking.x-k8s.io, kind: XBackend, name: team}}]
@@ -144,13 +163,14 @@ class World:
     server: ToolServer
     key: ec.EllipticCurvePrivateKey
     https_port: int
+    fallback_port: int
     ca: trustme.CA
 
     def url(self) -> str:
         return self.weir.url("/team/mcp")
 
-    def https_url(self) -> str:
-        return f"https://127.0.0.1:{self.https_port}/team/mcp"
+    def https_url(self, port: int | None = None) -> str:
+        return f"https://127.0.0.1:{port or self.https_port}/team/mcp"
 
     def token(self, key: ec.EllipticCurvePrivateKey | None = None, **claims: Any) -> str:
         now = int(time.time())
@@ -188,11 +208,12 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         await stack.enter_async_context(serve(server))
         dns.set(server.hostname, [server.ip])
         harness = Weir(folder, dns, free_port(), egress_denied_cidrs=())
-        https_port = free_port()
+        https_port, fallback_port = free_port(), free_port()
         try:
-            harness.write("mcp.yaml", manifests(harness.gateway_port, https_port, server, jwks_of(key), ca))
+            text = manifests(harness.gateway_port, https_port, fallback_port, server, jwks_of(key), ca)
+            harness.write("mcp.yaml", text)
             await harness.start()
-            yield World(harness, server, key, https_port, ca)
+            yield World(harness, server, key, https_port, fallback_port, ca)
         finally:
             await harness.stop()
             for pid in harness.envoy_pids:
@@ -221,8 +242,9 @@ async def refused(client: Client, tool: str, **arguments: Any) -> MCPError:
 
 async def test_policy_is_accepted(world: World) -> None:
     status = world.weir.status_of("BackendMCPPolicy", "default", "team")
-    (accepted,) = [c for a in status["ancestors"] for c in a["conditions"] if c["type"] == "Accepted"]
-    assert accepted["status"] == "True", status
+    found = [c for a in status["ancestors"] for c in a["conditions"] if c["type"] == "Accepted"]
+    assert len(found) == 2 and all(c["status"] == "True" for c in found), status  # one per Gateway
+    accepted = found[0]
     assert "whose groups has weather may also name get_*" in accepted["message"], accepted["message"]
 
 
@@ -326,6 +348,28 @@ async def test_a_client_certificate_is_matched_by_its_san(world: World) -> None:
     async with sdk_client(world.https_url(), alice, verify=world.client_context(agent)) as client:
         assert await listed(client) == {"add", "countdown", "delete_repo", "get_weather"}
     assert world.server.calls() == ["countdown"]
+
+
+async def test_certificates_prove_nothing_where_unverified_ones_are_let_in(world: World) -> None:
+    """AllowInsecureFallback: Envoy lets any certificate in; its SANs grant nothing (the RBAC
+    principal Envoy offers reads SANs whether or not the certificate was verified)."""
+    world.server.forget()
+    forger = trustme.CA().issue_cert(CLIENT_SAN)  # the right SAN, from a CA nobody trusts
+    genuine = world.ca.issue_cert(CLIENT_SAN)
+    for cert in (forger, genuine):
+        async with sdk_client(
+            world.https_url(world.fallback_port), verify=world.client_context(cert)
+        ) as client:
+            assert await listed(client) == {"add"}
+            error = await refused(client, "countdown", steps=1, interval=0.01)
+            assert "not allowed for this caller" in error.error.message
+    # Tokens still count there.
+    bob = world.token(sub="bob", groups=["weather"])
+    async with sdk_client(
+        world.https_url(world.fallback_port), bob, verify=world.client_context(forger)
+    ) as c:
+        assert await listed(c) == {"add", "get_weather"}
+    assert world.server.calls() == []
 
 
 async def test_identity_denials_are_counted(world: World) -> None:

@@ -147,7 +147,13 @@ def http_listener(listener: ir.Listener, *, mcp_tools: McpUse | None = None) -> 
     )
 
 
-def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_tools: McpUse | None) -> Any:
+def _http_connection_manager(
+    listener_name: str,
+    *,
+    route_config_name: str,
+    mcp_tools: McpUse | None,
+    unverified_certificates: bool = False,
+) -> Any:
     """The HTTP connection manager filter of an HTTP listener, or of an HTTPS server of a TLS listener.
 
     Its routes come over RDS (``route_config_name``). Over TLS, ALPN decides
@@ -156,7 +162,9 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
     (:mod:`weir.xds.mcp`), which routes enable where they apply.
     """
     needs = filters.ChainNeeds(
-        mcp_tools=mcp_tools is not None, mcp_jwt=mcp_tools.jwt if mcp_tools is not None else frozenset()
+        mcp_tools=mcp_tools is not None,
+        mcp_jwt=mcp_tools.jwt if mcp_tools is not None else frozenset(),
+        unverified_certificates=unverified_certificates,
     )
     hcm = hcm_pb2.HttpConnectionManager(
         # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
@@ -443,6 +451,8 @@ def tls_listener(
                     listener.name,
                     route_config_name=server.name,
                     mcp_tools=(mcp_servers or {}).get(server.name),
+                    unverified_certificates=server.client_validation is not None
+                    and not server.client_validation.required,
                 )
             ],
         )

@@ -89,6 +89,7 @@ from envoy.extensions.access_loggers.grpc.v3 import als_pb2
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.http.mcp.v3 import mcp_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
+from envoy.extensions.filters.http.set_metadata.v3 import set_metadata_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
@@ -131,6 +132,11 @@ POLICY_PREFIX = "weir-mcp-"
 #: payload of a verified token is in its metadata namespace under the provider's name.
 JWT_FILTER = "envoy.filters.http.jwt_authn"
 JWT_METADATA = "envoy.filters.http.jwt_authn"
+#: The filter marking requests on HTTPS servers that let clients in with certificates they could
+#: not verify (``AllowInsecureFallback``): there, certificate rules match no one.
+UNVERIFIED_FILTER = "weir.mcp_unverified_certificates"
+CALLER_METADATA = "weir.mcp_caller"
+UNVERIFIED_KEY = "unverified_certificate"
 #: The response code details of the JWT filter's refusals start with this.
 JWT_DENIED_DETAILS = "jwt_authn_access_denied"
 
@@ -181,18 +187,43 @@ class McpUse:
         return self if other is None or other.jwt <= self.jwt else McpUse(self.jwt | other.jwt)
 
 
-def http_filters(jwt: Iterable[tuple[ir.McpJwtProvider, ...]] = ()) -> list[Any]:
+def http_filters(
+    jwt: Iterable[tuple[ir.McpJwtProvider, ...]] = (), *, unverified_certificates: bool = False
+) -> list[Any]:
     """The MCP filter, the JWT filter (when ``jwt`` requirements are given), the tool RBAC filter and
     the list filter (:mod:`weir.xds.mcp_list`), all disabled until a route enables them.
 
     They go after CORS (a preflight is answered before any of this) and before the router. The JWT
     filter comes after the MCP filter, so that its refusals can carry the request's JSON-RPC id.
+    ``unverified_certificates``: the connection manager is an HTTPS server's that lets in clients
+    whose certificate it could not verify (:func:`_unverified_filter`).
     """
     parser, tools, lister = _packed_http_filters()
     requirements = tuple(sorted(set(jwt), key=requirement_name))
-    if not requirements:
-        return [parser, tools, lister]
-    return [parser, _jwt_filter(requirements), tools, lister]
+    out = [parser]
+    if unverified_certificates:
+        out.append(_unverified_filter())
+    if requirements:
+        out.append(_jwt_filter(requirements))
+    return [*out, tools, lister]
+
+
+@functools.lru_cache(maxsize=1)
+def _unverified_filter() -> Any:
+    """Marks every request of the connection manager: its client certificates may be unverified.
+
+    Envoy's RBAC ``authenticated`` principal reads a certificate's SANs
+    whether or not the certificate chained to a trusted CA; under
+    ``AllowInsecureFallback`` a client could present any SAN. The principals
+    of certificate rules require this mark to be absent (and the list filter
+    reads it too), so that there a certificate proves nothing.
+    """
+    value = struct_pb2.Struct()
+    value.update({UNVERIFIED_KEY: True})
+    config = set_metadata_pb2.Config(
+        metadata=[set_metadata_pb2.Metadata(metadata_namespace=CALLER_METADATA, value=value)]
+    )
+    return hcm_pb2.HttpFilter(name=UNVERIFIED_FILTER, typed_config=pack(config))
 
 
 @functools.lru_cache(maxsize=1)
@@ -577,8 +608,11 @@ def caller_principal(caller: ir.McpCaller) -> Any:
 
     A client certificate: Envoy's ``authenticated`` compares each URI SAN,
     then each DNS SAN, then the subject (which a SAN of the API never
-    equals). A token: the payload the JWT filter wrote under the provider's
-    name (present only for a verified token), its ``sub`` and claims; a
+    equals), whether or not the certificate was verified: on an HTTPS server
+    that lets unverified certificates in, the mark of
+    :func:`_unverified_filter` makes certificate rules match no one. A
+    token: the payload the JWT filter wrote under the provider's name
+    (present only for a verified token), its ``sub`` and claims; a
     claim's value is a string equal to one of the values, or a list (the
     words of a space-delimited claim, as the filter splits them) holding one.
     """
@@ -587,7 +621,11 @@ def caller_principal(caller: ir.McpCaller) -> Any:
             rbac_pb2.Principal(authenticated=rbac_pb2.Principal.Authenticated(principal_name=_exact(san)))
             for san in caller.subject_alt_names
         ]
-        return names[0] if len(names) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=names))
+        either = names[0] if len(names) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=names))
+        unverified = _metadata_principal(
+            CALLER_METADATA, (UNVERIFIED_KEY,), value_pb2.ValueMatcher(bool_match=True)
+        )
+        return rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[either, _principal_not(unverified)]))
     provider = caller.jwt
     ids = [_metadata_principal(JWT_METADATA, (provider,), value_pb2.ValueMatcher(present_match=True))]
     if caller.subjects:

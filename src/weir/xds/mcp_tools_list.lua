@@ -9,6 +9,7 @@
 local MCP = "envoy.filters.http.mcp"
 local OURS = "weir.mcp_tools_list"
 local JWT = "envoy.filters.http.jwt_authn"
+local CALLER = "weir.mcp_caller"
 local MAX_DEPTH = 128
 
 -- Byte by byte: LuaJIT runs string.byte compiled, while each pattern search costs far more.
@@ -442,7 +443,10 @@ end
 local function caller_identity(handle)
   local identity = { sans = {}, jwt = {} }
   local ssl = handle:streamInfo():downstreamSslConnection()
-  if ssl ~= nil then
+  local marks = handle:streamInfo():dynamicMetadata():get(CALLER)
+  -- An HTTPS server that lets unverified certificates in marks its requests: SANs prove nothing there.
+  local unverified = marks ~= nil and marks["unverified_certificate"] == true
+  if ssl ~= nil and not unverified then
     for _, san in pairs(ssl:uriSanPeerCertificate() or {}) do identity.sans[san] = true end
     for _, san in pairs(ssl:dnsSansPeerCertificate() or {}) do identity.sans[san] = true end
   end
