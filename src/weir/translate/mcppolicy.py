@@ -190,9 +190,10 @@ def _conditions(policy: BackendMCPPolicy, resources: Resources) -> Conditions:
         if tools.jwt is not None and policy.spec.jwt is not None
         else ""
     )
+    shown = "the caller may call" if tools.per_caller else "may be called"
     message = (
         f"{allowed}{denied}; other calls are refused by the gateway and never reach the server, and "
-        f"tools/list answers show only the tools that caller may call. Other MCP methods pass{tokens}"
+        f"tools/list answers show only the tools that {shown}. Other MCP methods pass{tokens}"
     )
     if problem is not None:
         message = (
