@@ -13,6 +13,15 @@ answers to ``tools/list`` leave such tools out; other MCP methods pass
 which ``*`` matches any run of characters; they are kept sorted and without
 repeats, so that the order they are written in changes nothing.
 
+**Per caller.** With ``rules``, the upstream's policy is per caller:
+``allowedTools`` is what every caller gets, and each rule's tools go to the
+callers its ``from`` matches (a verified token's subject and claims, or a
+client certificate's SAN). ``jwt`` becomes :class:`weir.ir.McpJwtProvider`
+with the key set read from the ConfigMap or Secret it names; a key set that
+cannot be read, or holds private keys, is reported (``Accepted: False``,
+reason ``Invalid``, naming the object, key and field) and the policy applies
+without its token rules, fail closed.
+
 **Status.** As :func:`weir.translate.policies.statuses` says: an entry per
 Gateway using a target (``Accepted=True``, or ``Conflicted`` when an older
 policy applies), and one per target that does not exist

@@ -25,6 +25,22 @@ protocol ``MCP`` under a ``BackendMCPPolicy``) is served like this:
   ``params`` could name another tool), and any request with a body it could
   not read (a ``POST`` without a ``method``; ``GET``, ``HEAD``, ``DELETE``
   and ``OPTIONS`` carry no JSON-RPC message and pass). Other methods pass.
+* **Who calls.** A per-caller policy (:attr:`weir.ir.McpToolPolicy.per_caller`)
+  grants tools by the caller's verified identity. Envoy's JWT filter
+  (:data:`JWT_FILTER`, after the MCP filter, enabled per route with the
+  requirement of the route's providers) verifies a bearer token against the
+  policy's key set, issuer and audiences: a request without one passes
+  unidentified, one whose token fails is refused (401, a JSON-RPC error
+  with the request's ``id``; the token never goes upstream), and a verified
+  payload is left in the metadata under the provider's name, the claims the
+  rules read split at spaces into lists. The tool RBAC filter then refuses,
+  as :data:`POLICY_NOT_GRANTED`, a ``tools/call`` for a tool that neither
+  ``allowed`` nor a grant whose caller matches gives: one principal holds
+  caller and tool together (:func:`caller_principal`: the payload's ``sub``
+  and claims, or the client certificate's SANs through RBAC's
+  ``authenticated``, which is not believed on HTTPS servers that let
+  unverified certificates in: :func:`_unverified_filter`). A tool no rule
+  grants anyone stays :data:`POLICY_NOT_ALLOWED` (named first).
 * **Where.** Envoy 1.40 registers the MCP filter only in the connection
   manager, not as an upstream (cluster) filter, and the refusal must be
   decided from its metadata, so both filters are in the connection manager,

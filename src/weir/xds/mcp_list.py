@@ -25,6 +25,14 @@ requests in which Envoy's MCP filter found ``tools/list``:
   the order of the tools kept, their bytes) is passed unchanged; a message
   without ``result`` (a JSON-RPC error, a notification) passes.
 
+**Per caller.** For a per-caller policy the script decides, for the caller
+that asked, what the RBAC principals of :mod:`weir.xds.mcp` decide for a
+call: it reads the client certificate's URI and DNS SANs (unless the HTTPS
+server marked its certificates unverified) and the token payloads the JWT
+filter left in the metadata, and adds the tools of the grants whose caller
+matches to the policy's ``allowed``. A caller whose identity cannot be read
+is treated as unidentified (fewer tools, never more).
+
 **Fail closed.** A ``2xx`` answer the script cannot read is replaced, so no
 tool reaches the client unfiltered: HTTP 502 with a JSON-RPC error carrying
 the request's ``id``, code ``-32603`` (Internal error), a message naming
