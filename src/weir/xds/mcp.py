@@ -637,6 +637,8 @@ def caller_principal(caller: ir.McpCaller) -> Any:
             rbac_pb2.Principal(authenticated=rbac_pb2.Principal.Authenticated(principal_name=_exact(san)))
             for san in caller.subject_alt_names
         ]
+        if not names:  # no SAN to match (the API requires one): the rule matches no one
+            return rbac_pb2.Principal(not_id=rbac_pb2.Principal(any=True))
         either = names[0] if len(names) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=names))
         unverified = _metadata_principal(
             CALLER_METADATA, (UNVERIFIED_KEY,), value_pb2.ValueMatcher(bool_match=True)
