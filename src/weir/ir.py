@@ -679,6 +679,50 @@ class McpToolPolicy:
 
     allowed: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
+    #: The policy grants tools per caller: a tool must then be granted, by ``allowed`` (to every
+    #: caller, identified or not; empty: to none) or by one of ``grants`` whose caller matches.
+    per_caller: bool = False
+    grants: tuple[McpToolGrant, ...] = ()
+    #: How callers' bearer tokens are verified; ``None``: they are not.
+    jwt: McpJwtProvider | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class McpJwtProvider:
+    """A JWT issuer whose tokens the gateway verifies for a ``BackendMCPPolicy``.
+
+    ``name`` is unique per policy (``NAMESPACE/NAME``); ``jwks`` the JSON Web
+    Key Set (public keys, as JSON text). A request with a token that fails
+    verification is refused; one without a token is served as unidentified.
+    """
+
+    name: str
+    issuer: str
+    audiences: tuple[str, ...]
+    jwks: str
+    #: The claims the policy's rules match on (each read as a list, or as the words of a string).
+    claims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class McpCaller:
+    """A verified caller identity: a valid token of ``jwt`` (a :class:`McpJwtProvider` name) whose
+    ``sub`` is one of ``subjects`` (when any) and which has, for each ``(claim, values)`` of
+    ``claims``, one of the values (a list item, or a word of a space-separated string); or, with
+    ``jwt`` ``None``, a client certificate with one of ``subject_alt_names`` (URI or DNS SAN)."""
+
+    jwt: str | None = None
+    subjects: tuple[str, ...] = ()
+    claims: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    subject_alt_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolGrant:
+    """Tools (patterns, as :attr:`McpToolPolicy.allowed`) the callers ``caller`` matches may call."""
+
+    caller: McpCaller
+    allowed: tuple[str, ...]
 
 
 # --------------------------------------------------------------------------

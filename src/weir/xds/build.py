@@ -67,7 +67,7 @@ from weir.xds.listeners import (
     tls_listener,
     udp_listener,
 )
-from weir.xds.mcp import uses_tool_policies
+from weir.xds.mcp import McpUse, uses_tool_policies
 from weir.xds.routes import (
     RETRY_ON,
     fraction,
@@ -217,14 +217,16 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
 
 #: A route configuration made from a listener's (or an HTTPS server's) routes: (the resource,
 #: whether a route sends requests to an upstream with an MCP tool policy).
-RouteConfig = Callable[[ir.Listener, Mapping[str, ir.Upstream]], tuple[Any, bool]]
+RouteConfig = Callable[[ir.Listener, Mapping[str, ir.Upstream]], tuple[Any, McpUse | None]]
 
 
 #: Makes a TLS socket's listener: :func:`weir.xds.listeners.tls_listener`'s signature.
-TlsListenerMaker = Callable[[ir.TlsListener, Mapping[str, list[ir.Upstream | None]], set[str], set[str]], Any]
+TlsListenerMaker = Callable[
+    [ir.TlsListener, Mapping[str, list[ir.Upstream | None]], set[str], dict[str, McpUse]], Any
+]
 
 
-def route_config(routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> tuple[Any, bool]:
+def route_config(routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> tuple[Any, McpUse | None]:
     """The :data:`RouteConfig` of :func:`build`: the message, built afresh."""
     return route_configuration(routes, upstreams), uses_tool_policies(routes.virtual_hosts, upstreams)
 
@@ -256,13 +258,13 @@ def listener_part(
         _check_tls_listener(listener, secrets)
         relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
         tunnels = {n for n, chosen in relays.items() if any(guarded(u) for u in chosen if u is not None)}
-        mcp_servers = set()
+        mcp_servers: dict[str, McpUse] = {}
         for server in listener.https:
             # The server's routes, shaped as a listener's: the same route configuration.
             routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
             out[ROUTE][server.name], mcp_tools = make_routes(routes, upstreams)
-            if mcp_tools:
-                mcp_servers.add(server.name)
+            if mcp_tools is not None:
+                mcp_servers[server.name] = mcp_tools
         out[LISTENER][name] = make_tls_listener(listener, relays, tunnels, mcp_servers)
         tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
     else:

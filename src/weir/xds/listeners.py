@@ -21,7 +21,6 @@ are pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
@@ -59,6 +58,7 @@ from weir.xds.common import (
     tunnel_authority,
 )
 from weir.xds.endpoints import DENIED_HOST_PREFIX
+from weir.xds.mcp import McpUse
 from weir.xds.secrets import sds
 
 #: JSON access log fields; the ones that explain a failure are included
@@ -126,7 +126,7 @@ EGRESS_DENIED_BODY = (
 # --------------------------------------------------------------------------
 
 
-def http_listener(listener: ir.Listener, *, mcp_tools: bool = False) -> Any:
+def http_listener(listener: ir.Listener, *, mcp_tools: McpUse | None = None) -> Any:
     """One plain-HTTP listener whose single filter chain is an HTTP connection manager.
 
     ``mcp_tools``: some route reaches an upstream with an MCP tool policy (see
@@ -147,7 +147,13 @@ def http_listener(listener: ir.Listener, *, mcp_tools: bool = False) -> Any:
     )
 
 
-def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_tools: bool) -> Any:
+def _http_connection_manager(
+    listener_name: str,
+    *,
+    route_config_name: str,
+    mcp_tools: McpUse | None,
+    unverified_certificates: bool = False,
+) -> Any:
     """The HTTP connection manager filter of an HTTP listener, or of an HTTPS server of a TLS listener.
 
     Its routes come over RDS (``route_config_name``). Over TLS, ALPN decides
@@ -155,7 +161,11 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
     the filters, access log and local replies of MCP tool policies
     (:mod:`weir.xds.mcp`), which routes enable where they apply.
     """
-    needs = filters.ChainNeeds(mcp_tools=mcp_tools)
+    needs = filters.ChainNeeds(
+        mcp_tools=mcp_tools is not None,
+        mcp_jwt=mcp_tools.jwt if mcp_tools is not None else frozenset(),
+        unverified_certificates=unverified_certificates,
+    )
     hcm = hcm_pb2.HttpConnectionManager(
         # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
         stat_prefix=listener_name.replace(":", "_"),
@@ -413,7 +423,7 @@ def tls_listener(
     listener: ir.TlsListener,
     relays: Mapping[str, list[ir.Upstream | None]],
     tunnels: set[str],
-    mcp_servers: AbstractSet[str] = frozenset(),
+    mcp_servers: Mapping[str, McpUse] | None = None,
 ) -> Any:
     """A listener reading each connection's ClientHello, with one filter chain per HTTPS server and relay.
 
@@ -438,7 +448,11 @@ def tls_listener(
             filter_chain_match=_server_name_match(server.server_names),
             filters=[
                 _http_connection_manager(
-                    listener.name, route_config_name=server.name, mcp_tools=server.name in mcp_servers
+                    listener.name,
+                    route_config_name=server.name,
+                    mcp_tools=(mcp_servers or {}).get(server.name),
+                    unverified_certificates=server.client_validation is not None
+                    and not server.client_validation.required,
                 )
             ],
         )
