@@ -386,6 +386,7 @@ class _CachedParts(_build.Parts):
         relays: Mapping[str, list[ir.Upstream | None]],
         tunnels: set[str],
         mcp_servers: set[str],
+        oauth2_servers: Mapping[str, tuple[ir.OAuth2Credential, ...]],
     ) -> Resource:
         """A TLS socket's listener, made again only when what its filter chains are made of changed.
 
@@ -403,11 +404,14 @@ class _CachedParts(_build.Parts):
             tuple(sorted((name, tuple(chosen)) for name, chosen in relays.items())),
             frozenset(tunnels),
             frozenset(mcp_servers),
+            tuple(sorted(oauth2_servers.items())),
         )
         found = self._cache._tls_listeners.get(listener.name)
         if found is not None and found[0] == key:
             return found[1]
-        resource = Resource.of(tls_listener(listener, relays, tunnels, mcp_servers), listener.name)
+        resource = Resource.of(
+            tls_listener(listener, relays, tunnels, mcp_servers, oauth2_servers), listener.name
+        )
         self._cache._tls_listeners[listener.name] = (key, resource)
         return resource
 
