@@ -82,7 +82,8 @@ CREDENTIAL_CASES = [
     ),
     (
         f"targetRefs: [{XB}]",
-        'spec: Invalid value: "object": set exactly one of secretRef (a static credential), oauth2 or awsSigV4',
+        'spec: Invalid value: "object": set exactly one of secretRef (a static credential), '
+        "oauth2 or awsSigV4",
     ),
     (f"targetRefs: [{XB}]\nsecretRef: {{name: s}}", "spec.secretRef.key: Required value"),
     (
