@@ -368,7 +368,7 @@ async def test_the_upstream_gets_a_token_the_endpoint_issued_for_the_clients_cre
     )
 
 
-async def test_the_token_is_renewed_before_it_expires(world: World) -> None:
+async def test_the_token_is_renewed_before_it_expires(world: World, caplog: pytest.LogCaptureFixture) -> None:
     """Requests every 100 ms for two token lifetimes: every one succeeds (the upstream refuses an
     expired token), and the endpoint saw a fetch per half lifetime, not per request."""
     endpoint, check = world.endpoints["llm"], world.checks["llm"]
@@ -380,6 +380,8 @@ async def test_the_token_is_renewed_before_it_expires(world: World) -> None:
         await asyncio.sleep(0.1)
     assert set(statuses) == {200}, statuses
     assert check.expired == 0
+    # Never logged: no token, no client secret in what weir and Envoy logged meanwhile.
+    assert caplog.records and not any(t in caplog.text for t in (*endpoint.issued, CLIENT_SECRET))
     fetched = endpoint.fetches[first:]
     gaps = [round(b - a, 2) for a, b in itertools.pairwise(fetched)]
     # Envoy asks for the next token at half the lifetime (measured: 3.0 s for expires_in 6).
