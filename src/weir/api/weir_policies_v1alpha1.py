@@ -17,6 +17,22 @@ that applications never hold it::
       header: {name: Authorization, valuePrefix: "Bearer "}   # the defaults: Authorization, no prefix
       overwrite: true   # the default: the gateway's value replaces the client's
 
+Or a credential that is not a static key (exactly one of ``secretRef``, ``oauth2``,
+``awsSigV4``): an OAuth2 token the gateway fetches (client-credentials grant) and renews, or an
+AWS Signature Version 4 on each request::
+
+    spec:
+      targetRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: azure-openai}]
+      oauth2:
+        tokenEndpoint: {backendRef: {name: entra-id}, path: /TENANT/oauth2/v2.0/token}  # an XBackend
+        clientIDRef: {name: entra-client, key: client-id}
+        clientSecretRef: {name: entra-client, key: client-secret}
+        scopes: ["https://cognitiveservices.azure.com/.default"]
+    ---
+    spec:
+      targetRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: bedrock}]
+      awsSigV4: {region: us-east-1, service: bedrock, credentialsRef: {name: aws}}  # AWS_* keys
+
 The tools an agent may call on an MCP server (an XBackend of protocol ``MCP``)::
 
     apiVersion: weir.dev/v1alpha1

@@ -15,6 +15,22 @@ sends requests (HTTPRoute, GRPCRoute); the bytes a TCPRoute or TLSRoute
 relays to a Service carry no headers and are left alone, and an XBackend of
 protocol ``TCP`` cannot be a target (``Invalid``).
 
+**Credentials that are not static** (exactly one of ``secretRef``,
+``oauth2``, ``awsSigV4`` is set; validation says so). ``oauth2``: the
+gateway gets an access token from the token endpoint, an XBackend of the
+policy's namespace (:class:`weir.ir.OAuth2Credential`; the resolver serves
+that XBackend as an upstream of its own, used by the same Gateways, so its
+TLS verification and egress guard apply), with the client id and secret of
+the Secrets named, and sends ``Authorization: Bearer <token>``
+(:mod:`weir.xds.oauth2`). ``awsSigV4``: each request is signed with the
+access key of a Secret holding ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY`` and optionally ``AWS_SESSION_TOKEN``
+(:class:`weir.ir.AwsSigV4`). A token endpoint XBackend that does not exist
+(``BackendNotFound``) or is not an HTTP ExternalHostname (``InvalidKind``),
+and every Secret problem, fail closed as below; a token endpoint XBackend
+that exists but is refused (its own status says why) refuses the targets
+too, and requests to the targets are answered 500.
+
 **The value never shows.** It travels to Envoy in an SDS secret of its own,
 ``credential/NS/POLICY`` (:class:`weir.ir.GenericSecret`), whose name does
 not change with the value: rotating the Secret changes that one SDS

@@ -5,8 +5,9 @@ found (static addresses, or, for an external hostname, EDS: the addresses
 weir resolved and its egress policy allows, :mod:`weir.xds.endpoints`), the
 HTTP version spoken to them, the upstream HTTP filters that run once a host
 is chosen and before any connection (removal of internal headers on the way
-to an external hostname, the injected credential of a
-``BackendCredentialPolicy``), and
+to an external hostname, the injected credential or the AWS SigV4
+signature of a ``BackendCredentialPolicy``; its OAuth2 tokens are added in
+the connection manager, :mod:`weir.xds.oauth2`), and
 TLS origination that always verifies the chain and a subject alt name.
 :func:`tcp_egress_cluster` and :func:`mirror_egress_cluster` lead to the
 internal listeners :data:`~weir.xds.common.TCP_EGRESS` and
