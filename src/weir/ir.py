@@ -635,6 +635,8 @@ class Upstream:
     websocket: bool = False
     grpc: bool = False
     credential: CredentialInjection | None = None
+    oauth2: OAuth2Credential | None = None
+    aws_sigv4: AwsSigV4 | None = None
     mcp_tools: McpToolPolicy | None = None
     retry_budget: RetryBudget | None = None
 
@@ -665,6 +667,50 @@ class CredentialInjection:
     secret: str
     header: str = "Authorization"
     overwrite: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class OAuth2Credential:
+    """An OAuth2 client-credentials token Envoy fetches and sends as ``Authorization: Bearer <token>``.
+
+    ``name`` identifies the credential (one per ``BackendCredentialPolicy``,
+    ``credential/NS/POLICY``). Envoy posts to ``token_url`` through the
+    upstream ``token_upstream`` (in :attr:`IR.upstreams`: the token
+    endpoint's XBackend, with its TLS and egress guard) with
+    ``client_id`` and the value of the :class:`GenericSecret`
+    ``client_secret`` (in the form body, or HTTP Basic with
+    ``basic_auth``), and the ``scopes``; it caches the token and fetches
+    the next before it expires. ``overwrite``: as for
+    :class:`CredentialInjection`.
+    """
+
+    name: str
+    token_upstream: str
+    token_url: str
+    client_id: str
+    client_secret: str
+    scopes: tuple[str, ...] = ()
+    basic_auth: bool = False
+    overwrite: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AwsSigV4:
+    """AWS Signature Version 4 on every request to an upstream (``BackendCredentialPolicy``).
+
+    The request is signed for ``region`` and ``service`` with the access key
+    ``access_key_id``, its ``secret_access_key`` and, for temporary
+    credentials, ``session_token``; the body's SHA-256 is signed with
+    ``signed_payload``, else ``UNSIGNED-PAYLOAD``. The secret fields are
+    redacted by :func:`to_data` and never appear in ``repr``.
+    """
+
+    region: str
+    service: str
+    access_key_id: str
+    secret_access_key: str = dataclasses.field(repr=False)
+    session_token: str | None = dataclasses.field(default=None, repr=False)
+    signed_payload: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -807,6 +853,12 @@ def to_data(value: Any) -> Any:
         }
     if isinstance(value, GenericSecret):
         return {"type": "GenericSecret", "name": value.name, "value": "<redacted>"}
+    if isinstance(value, AwsSigV4):
+        data = {camel(f.name): to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        data["secretAccessKey"] = "<redacted>"
+        if value.session_token is not None:
+            data["sessionToken"] = "<redacted>"
+        return data
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         if isinstance(

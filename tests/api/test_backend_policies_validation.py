@@ -80,7 +80,11 @@ CREDENTIAL_CASES = [
         'spec.targetRefs: Invalid value: "array": sectionName must be unique when targetRefs includes 2 '
         "or more references to the same target",
     ),
-    (f"targetRefs: [{XB}]", "spec.secretRef: Required value"),
+    (
+        f"targetRefs: [{XB}]",
+        'spec: Invalid value: "object": set exactly one of secretRef (a static credential), '
+        "oauth2 or awsSigV4",
+    ),
     (f"targetRefs: [{XB}]\nsecretRef: {{name: s}}", "spec.secretRef.key: Required value"),
     (
         f"targetRefs: [{XB}]\nsecretRef: {{name: s, key: 'a/b'}}",
@@ -290,6 +294,17 @@ SECTION_RULES = {
     for word in ("specified", "unique")
 }
 CREDENTIAL_RULES = SECTION_RULES | {
+    ("spec", "set exactly one of secretRef (a static credential), oauth2 or awsSigV4"),
+    (
+        "spec",
+        "header applies to secretRef only: oauth2 sends Authorization: Bearer <token>, awsSigV4 its "
+        "signature in Authorization",
+    ),
+    (
+        "spec",
+        "overwrite: false cannot apply to awsSigV4: the signature covers the request as sent and always "
+        "replaces a client's Authorization",
+    ),
     (
         "spec.targetRefs",
         'targetRefs must be Services (group "", kind Service) or XBackends '

@@ -17,6 +17,22 @@ that applications never hold it::
       header: {name: Authorization, valuePrefix: "Bearer "}   # the defaults: Authorization, no prefix
       overwrite: true   # the default: the gateway's value replaces the client's
 
+Or a credential that is not a static key (exactly one of ``secretRef``, ``oauth2``,
+``awsSigV4``): an OAuth2 token the gateway fetches (client-credentials grant) and renews, or an
+AWS Signature Version 4 on each request::
+
+    spec:
+      targetRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: azure-openai}]
+      oauth2:
+        tokenEndpoint: {backendRef: {name: entra-id}, path: /TENANT/oauth2/v2.0/token}  # an XBackend
+        clientIDRef: {name: entra-client, key: client-id}
+        clientSecretRef: {name: entra-client, key: client-secret}
+        scopes: ["https://cognitiveservices.azure.com/.default"]
+    ---
+    spec:
+      targetRefs: [{group: gateway.networking.x-k8s.io, kind: XBackend, name: bedrock}]
+      awsSigV4: {region: us-east-1, service: bedrock, credentialsRef: {name: aws}}  # AWS_* keys
+
 The tools an agent may call on an MCP server (an XBackend of protocol ``MCP``)::
 
     apiVersion: weir.dev/v1alpha1
@@ -55,7 +71,7 @@ reference to anything else is refused with the object, where its author sees it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -148,9 +164,99 @@ class CredentialHeader(Model):
     ) = None
 
 
-class BackendCredentialPolicySpec(Model):
+class LocalXBackendReference(Model):
+    """An XBackend in the policy's namespace, by name."""
+
+    group: Literal["gateway.networking.x-k8s.io"] = "gateway.networking.x-k8s.io"
+    kind: Literal["XBackend"] = "XBackend"
+    name: ObjectName
+
+
+class TokenEndpoint(Model):
+    """Where the gateway asks for tokens: ``path`` on an XBackend in the policy's namespace.
+
+    An XBackend, not a URL: its hostname, port, TLS verification (CA, SAN)
+    and the egress guard of the Gateways using the credential's targets are
+    those of any other external backend, so the token request leaves by the
+    same guarded path as every other request, and a name that resolves into
+    a denied network is refused (no token, no request) rather than fetched.
+    """
+
+    #: An XBackend (group gateway.networking.x-k8s.io) in the policy's namespace.
+    backend_ref: LocalXBackendReference
+    path: Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/[!-~]*$")] = "/"
+
+
+#: An OAuth2 scope (RFC 6749 section 3.3: printable ASCII but space, ``"`` and ``\\``).
+OAuth2Scope = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[!#-\[\]-~]+$")]
+
+
+class OAuth2ClientCredentials(Model):
+    """OAuth2 client-credentials grant (RFC 6749 section 4.4): the gateway gets the token.
+
+    The gateway posts ``grant_type=client_credentials``, the client id and
+    secret and the scopes to the token endpoint, caches the access token,
+    fetches a new one before it expires, and sends ``Authorization: Bearer
+    <token>`` with every request to the targets.
+    """
+
+    token_endpoint: TokenEndpoint
+    client_id_ref: SecretKeyReference = Field(alias="clientIDRef")
+    client_secret_ref: SecretKeyReference
+    scopes: tuple[OAuth2Scope, ...] | None = Field(
+        default=None, min_length=1, max_length=16, json_schema_extra=_ATOMIC
+    )
+    #: ``Body``: id and secret in the form body (RFC 6749's alternative); ``Basic``: HTTP Basic.
+    client_authentication: Literal["Body", "Basic"] = "Body"
+
+
+#: An AWS region (``us-east-1``) or service signing name (``bedrock``, ``execute-api``).
+AwsName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")]
+
+
+class AwsCredentialsReference(Model):
+    """A Secret in the policy's namespace holding AWS credentials under the keys of the AWS CLI's
+    environment: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and, for temporary credentials,
+    ``AWS_SESSION_TOKEN``."""
+
+    name: ObjectName
+
+
+class AwsSigV4(Model):
+    """AWS Signature Version 4: the gateway signs each request (``Authorization: AWS4-HMAC-SHA256 ...``)."""
+
+    region: AwsName
+    service: AwsName
+    credentials_ref: AwsCredentialsReference
+    #: ``Signed``: the body's SHA-256 is part of the signature (the gateway buffers the body, up to
+    #: 1 MiB); ``Unsigned``: ``UNSIGNED-PAYLOAD``, for services that accept it (S3) and large
+    #: or streamed bodies.
+    payload: Literal["Signed", "Unsigned"] = "Signed"
+
+
+class BackendCredentialPolicySpec(CelModel):
+    cel_rules: ClassVar[tuple[CelRule, ...]] = (
+        CelRule(
+            "(has(self.secretRef) ? 1 : 0) + (has(self.oauth2) ? 1 : 0) + (has(self.awsSigV4) ? 1 : 0) == 1",
+            "set exactly one of secretRef (a static credential), oauth2 or awsSigV4",
+        ),
+        CelRule(
+            "has(self.secretRef) || !has(self.header) || ((!has(self.header.name) || "
+            "self.header.name.lowerAscii() == 'authorization') && !has(self.header.valuePrefix))",
+            "header applies to secretRef only: oauth2 sends Authorization: Bearer <token>, awsSigV4 its "
+            "signature in Authorization",
+        ),
+        CelRule(
+            "!has(self.awsSigV4) || !has(self.overwrite) || self.overwrite",
+            "overwrite: false cannot apply to awsSigV4: the signature covers the request as sent and "
+            "always replaces a client's Authorization",
+        ),
+    )
+
     target_refs: CredentialTargetRefs
-    secret_ref: SecretKeyReference
+    secret_ref: SecretKeyReference | None = None
+    oauth2: OAuth2ClientCredentials | None = None
+    aws_sig_v4: AwsSigV4 | None = Field(default=None, alias="awsSigV4")
     header: CredentialHeader = Field(default_factory=CredentialHeader)
     overwrite: bool = Field(default=True, strict=True)
 

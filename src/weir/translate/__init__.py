@@ -317,6 +317,11 @@ def _apply_egress_policy(
         refused.add(name)
         table.upstreams.pop(name, None)
         orphans.update(secret.name for secret in secrets)
+    # No token can be had from a refused token endpoint: the upstreams needing it are refused too.
+    for name, upstream in list(table.upstreams.items()):
+        if upstream.oauth2 is not None and upstream.oauth2.token_upstream in refused:
+            refused.add(name)
+            del table.upstreams[name]
     if not refused:
         return frozenset(), frozenset()
     in_use = {
@@ -327,6 +332,7 @@ def _apply_egress_policy(
         if ref is not None
     }
     in_use |= {u.credential.secret for u in table.upstreams.values() if u.credential is not None}
+    in_use |= {u.oauth2.client_secret for u in table.upstreams.values() if u.oauth2 is not None}
     for secret_name in orphans - in_use:
         table.secrets.pop(secret_name, None)
     for by_domain in [lc.routes for ctx in gateways for lc in ctx.listeners]:

@@ -26,7 +26,7 @@ from weir.translate import egress, tls
 from weir.translate import status as st
 from weir.translate.backendclientcert import gateway_client_certificate
 from weir.translate.backendtls import BackendTLSPolicies
-from weir.translate.credentials import CredentialPolicies
+from weir.translate.credentials import AppliedCredential, CredentialPolicies
 from weir.translate.grants import reference_permitted
 from weir.translate.mcppolicy import McpPolicies
 from weir.translate.settings import Settings
@@ -108,6 +108,8 @@ class BackendResolver:
         self._settings = settings
         self._xbackends: dict[ObjectKey, XBackendVerdict] = {}
         self._xbackend_users: dict[ObjectKey, set[ObjectKey]] = defaultdict(set)
+        #: XBackends whose verdict is being made (an OAuth2 token endpoint must not need itself).
+        self._evaluating: set[ObjectKey] = set()
         self.tls_policies = BackendTLSPolicies(resources, settings)
         self.credential_policies = CredentialPolicies(resources)
         self.mcp_policies = McpPolicies(resources)
@@ -260,24 +262,52 @@ class BackendResolver:
             protocol, websocket = ir.UpstreamProtocol.HTTP1, True
         else:
             protocol = ir.UpstreamProtocol.AUTO if upstream_tls is not None else ir.UpstreamProtocol.HTTP1
-        credential: ir.CredentialInjection | None = None
-        if applied_credential is not None:
-            if applied_credential.injection is None or applied_credential.secret is None:
-                # The policy says why; never without the credential.
-                why = _policy_refused("BackendCredentialPolicy", namespace, ref.name)
-                return Resolved(None, unusable=why)
-            credential = applied_credential.injection
-            secrets = (*secrets, applied_credential.secret)
         upstream = ir.Upstream(
             name=name,
             destination=ir.StaticEndpoints(service_endpoints(self._resources, svc, port)),
             protocol=protocol,
             tls=upstream_tls,
             websocket=websocket,
-            credential=credential,
             retry_budget=traffic.retry_budget if traffic else None,
         )
+        if applied_credential is not None:
+            with_credential = self._with_credential(upstream, applied_credential, gateways)
+            if with_credential is None:
+                # The policy (or the token endpoint's XBackend) says why; never without the credential.
+                why = _policy_refused("BackendCredentialPolicy", namespace, ref.name)
+                return Resolved(None, unusable=why)
+            upstream, more = with_credential
+            secrets = (*secrets, *more)
         return Resolved(upstream, secrets, streaming=websocket, session=traffic.session if traffic else None)
+
+    def _with_credential(
+        self, upstream: ir.Upstream, applied: AppliedCredential, gateways: set[ObjectKey]
+    ) -> tuple[ir.Upstream, tuple[ir.Secret, ...]] | None:
+        """``upstream`` with ``applied``'s credential and the secrets that go with it, or ``None``
+        when the credential cannot be used.
+
+        An OAuth2 credential also needs its token endpoint's XBackend: usable
+        (else ``None``), and used by ``gateways`` from now on, so that it is
+        served with their egress guard and shows them as its parents. Its
+        secrets (a CA) travel with the credentialed upstream's.
+        """
+        if not applied.usable:
+            return None
+        key = applied.verdict.token_endpoint
+        if key is None:
+            return applied.apply(upstream), applied.secrets
+        xb = self._resources.get(XBackend, key.namespace, key.name)
+        if xb is None or key in self._evaluating:  # a token endpoint that needs its own token
+            return None
+        self._evaluating.add(key)
+        try:
+            token = self.xbackend_verdict(xb)
+        finally:
+            self._evaluating.discard(key)
+        if token.upstream is None:
+            return None
+        self._xbackend_users[key].update(gateways)
+        return applied.apply(upstream, token.upstream), (*applied.secrets, *token.secrets)
 
     def _gateway_client_certificates(self, gateways: set[ObjectKey]) -> list[ir.TlsCertificate]:
         """The distinct client certificates ``gateways`` present to TLS backends (their
@@ -333,7 +363,10 @@ class BackendResolver:
             )
         self._xbackend_users[xb.key].update(gateways)
         # The Gateways become ancestors of the policies; the verdict applies them (once per XBackend).
-        self.credential_policies.for_xbackend(xb, gateways)
+        credential = self.credential_policies.for_xbackend(xb, gateways)
+        token = credential.verdict.token_endpoint if credential is not None else None
+        if token is not None:  # the token endpoint is used by the same Gateways (their egress guard)
+            self._xbackend_users[token].update(gateways)
         self.mcp_policies.for_xbackend(xb, gateways)
         traffic = self.traffic_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
@@ -375,13 +408,21 @@ class BackendResolver:
         applied = self.credential_policies.for_xbackend(xb)
         if applied is None:
             return dataclasses.replace(verdict, upstream=upstream)
-        if applied.injection is None or applied.secret is None:
+        self._evaluating.add(xb.key)
+        try:
+            with_credential = self._with_credential(upstream, applied, set())
+        finally:
+            self._evaluating.discard(xb.key)
+        if with_credential is None:
             (kind, ok, reason, message), *rest = verdict.conditions
             policy = f"{applied.policy.KIND} {applied.policy.namespace}/{applied.policy.name}"
             message += f". Requests to it are refused (500) until {policy} can be used: see its status"
+            token = applied.verdict.token_endpoint
+            if applied.usable and token is not None:
+                message += f" and that of its token endpoint, XBackend {token.namespace}/{token.name}"
             return XBackendVerdict(None, (), ((kind, ok, reason, message), *rest))
-        upstream = dataclasses.replace(upstream, credential=applied.injection)
-        return XBackendVerdict(upstream, (*verdict.secrets, applied.secret), verdict.conditions)
+        upstream, secrets = with_credential
+        return XBackendVerdict(upstream, (*verdict.secrets, *secrets), verdict.conditions)
 
     def apply_egress_policy(
         self,

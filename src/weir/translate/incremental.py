@@ -362,6 +362,9 @@ def _patch(
         return "other kinds changed"
     if any(key.kind in CONFIG_KINDS and key.name in state.config_pinned for key in changed):
         return "a Secret or ConfigMap that other kinds name"
+    if any(policy.spec.oauth2 is not None for policy in resources.backend_credential_policies):
+        # A token endpoint is an upstream no route names: a full pass places it.
+        return "an OAuth2 BackendCredentialPolicy"
     backends = _changed_backends(state, resources, changed)
     todo = {key for key in changed if key.kind == "HTTPRoute"}
     for backend in backends:

@@ -37,6 +37,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from weir import ir
+from weir.xds import oauth2
 from weir.xds.clusters import (
     EXTERNAL_HEADER_PREFIXES_TO_REMOVE,
     EXTERNAL_HEADERS_TO_REMOVE,
@@ -222,7 +223,14 @@ RouteConfig = Callable[[ir.Listener, Mapping[str, ir.Upstream]], tuple[Any, McpU
 
 #: Makes a TLS socket's listener: :func:`weir.xds.listeners.tls_listener`'s signature.
 TlsListenerMaker = Callable[
-    [ir.TlsListener, Mapping[str, list[ir.Upstream | None]], set[str], dict[str, McpUse]], Any
+    [
+        ir.TlsListener,
+        Mapping[str, list[ir.Upstream | None]],
+        set[str],
+        dict[str, McpUse],
+        Mapping[str, tuple[ir.OAuth2Credential, ...]],
+    ],
+    Any,
 ]
 
 
@@ -259,17 +267,22 @@ def listener_part(
         relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
         tunnels = {n for n, chosen in relays.items() if any(guarded(u) for u in chosen if u is not None)}
         mcp_servers: dict[str, McpUse] = {}
+        oauth2_servers: dict[str, tuple[ir.OAuth2Credential, ...]] = {}
         for server in listener.https:
             # The server's routes, shaped as a listener's: the same route configuration.
             routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
             out[ROUTE][server.name], mcp_tools = make_routes(routes, upstreams)
             if mcp_tools is not None:
                 mcp_servers[server.name] = mcp_tools
-        out[LISTENER][name] = make_tls_listener(listener, relays, tunnels, mcp_servers)
+            credentials = oauth2.credentials_used(server.virtual_hosts, upstreams)
+            if credentials:
+                oauth2_servers[server.name] = credentials
+        out[LISTENER][name] = make_tls_listener(listener, relays, tunnels, mcp_servers, oauth2_servers)
         tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
     else:
         out[ROUTE][name], mcp_tools = make_routes(listener, upstreams)
-        out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools)
+        credentials = oauth2.credentials_used(listener.virtual_hosts, upstreams)
+        out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools, oauth2_credentials=credentials)
     return out, tuple(tunneled)
 
 
@@ -305,7 +318,12 @@ def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:
     this output is meant for people and files.
     """
     data = {
-        type_url: {name: resource_data(message) for name, message in by_name.items()}
+        type_url: {
+            name: _redact_inline_credentials(resource_data(message))
+            if type_url == CLUSTER
+            else resource_data(message)
+            for name, message in by_name.items()
+        }
         for type_url, by_name in resources.items()
     }
     return cast(dict[str, Any], _sort_keys(data))  # copies: no part shared
@@ -443,6 +461,26 @@ def _check_tls_listener(listener: ir.TlsListener, secrets: Mapping[str, ir.Secre
     for server in listener.https:
         if not server.certificates:
             raise ValueError(f"{where}: HTTPS server {server.name!r} has no certificate")
+
+
+def _redact_inline_credentials(value: Any) -> Any:
+    """``value`` with the secret parts of inline AWS credentials (a cluster's SigV4 filter) replaced
+    by ``<redacted>``; the parts on the way are copied (converted ``Any`` mappings are shared), the
+    rest returned as is."""
+    if isinstance(value, dict):
+        credential = value.get("inlineCredential")
+        if isinstance(credential, dict):
+            hidden = {
+                k: "<redacted>" if k in ("secretAccessKey", "sessionToken") else v
+                for k, v in credential.items()
+            }
+            return {**value, "inlineCredential": hidden}
+        changed = {key: _redact_inline_credentials(item) for key, item in value.items()}
+        return value if all(changed[key] is value[key] for key in value) else changed
+    if isinstance(value, list):
+        items = [_redact_inline_credentials(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
 
 
 def _sort_keys(value: Any, done: set[int] | frozenset[int] = frozenset()) -> Any:

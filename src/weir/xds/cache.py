@@ -395,6 +395,7 @@ class _CachedParts(_build.Parts):
         relays: Mapping[str, list[ir.Upstream | None]],
         tunnels: set[str],
         mcp_servers: dict[str, McpUse],
+        oauth2_servers: Mapping[str, tuple[ir.OAuth2Credential, ...]],
     ) -> Resource:
         """A TLS socket's listener, made again only when what its filter chains are made of changed.
 
@@ -412,11 +413,14 @@ class _CachedParts(_build.Parts):
             tuple(sorted((name, tuple(chosen)) for name, chosen in relays.items())),
             frozenset(tunnels),
             tuple(sorted(mcp_servers.items(), key=lambda item: item[0])),
+            tuple(sorted(oauth2_servers.items())),
         )
         found = self._cache._tls_listeners.get(listener.name)
         if found is not None and found[0] == key:
             return found[1]
-        resource = Resource.of(tls_listener(listener, relays, tunnels, mcp_servers), listener.name)
+        resource = Resource.of(
+            tls_listener(listener, relays, tunnels, mcp_servers, oauth2_servers), listener.name
+        )
         self._cache._tls_listeners[listener.name] = (key, resource)
         return resource
 
