@@ -118,7 +118,7 @@ class GatewayTLSConfig(Model):
 
     mode: Literal["Terminate", "Passthrough"] = "Terminate"
     certificate_refs: tuple[SecretObjectReference, ...] = Field(default=(), max_length=64)
-    options: dict[str, str] = Field(default_factory=dict, max_length=16)
+    options: dict[str, AnnotationValue] = Field(default_factory=dict, max_length=16)
 
     @model_validator(mode="after")
     def _terminate_needs_certificates(self) -> GatewayTLSConfig:
