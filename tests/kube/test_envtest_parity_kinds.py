@@ -1,9 +1,12 @@
-"""Validation parity for TLSRoute, TCPRoute, UDPRoute and XBackend (v1.6), on a real API server.
+"""Validation parity for the kinds weir reads besides HTTPRoute, Gateway and GRPCRoute.
+
+TLSRoute, TCPRoute, UDPRoute, GatewayClass, ReferenceGrant, BackendTLSPolicy and
+XBackend (v1.6), each against upstream's CRD on a real API server.
 
 As :mod:`test_envtest_upstream_parity` does for HTTPRoute, Gateway and
 GRPCRoute: an API server of this module's own runs upstream's CRDs
-(``testdata/gateway-api-v1.6.1/l4routes.yaml`` and ``xbackends.yaml``, each
-naming the commit it was read at), and every case goes to it as a dry-run
+(``testdata/gateway-api-v1.6.1/l4routes.yaml``, ``policies.yaml`` and
+``xbackends.yaml``, each naming the commit it was read at), and every case goes to it as a dry-run
 create and to weir's loader; the two must agree on whether it is refused.
 The cases are a valid object per kind, a variant per schema constraint it
 reaches (:func:`parity.variants`), and hand-made cases for the CEL rules.
@@ -32,6 +35,7 @@ UPSTREAM = Path(__file__).parent / "testdata" / "gateway-api-v1.6.1"
 def crds() -> dict[str, dict[str, Any]]:
     """The CRDs this module's API server runs, by kind."""
     found: list[dict[str, Any]] = yaml.safe_load((UPSTREAM / "l4routes.yaml").read_text())["items"]
+    found += yaml.safe_load((UPSTREAM / "policies.yaml").read_text())["items"]
     found.append(yaml.safe_load((UPSTREAM / "xbackends.yaml").read_text()))
     return {crd["spec"]["names"]["kind"]: crd for crd in found}
 
@@ -82,6 +86,10 @@ def check(api: Api, obj: dict[str, Any], case: str) -> None:
 
 def with_spec(base: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return {**base, "spec": {**base["spec"], **spec}}
+
+
+def without(base: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {**base, "spec": {k: v for k, v in base["spec"].items() if k not in keys}}
 
 
 # ------------------------------------------------------------------ TLSRoute, TCPRoute, UDPRoute
@@ -282,4 +290,147 @@ XBACKEND_CEL = {
 
 @pytest.mark.parametrize("obj", cases(XBACKEND, XBACKEND_CEL))
 def test_xbackend_v16_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
+    check(upstream, obj, request.node.callspec.id)
+
+
+# ------------------------------------------------------------------ GatewayClass
+
+GATEWAY_CLASS: dict[str, Any] = yaml.safe_load(
+    """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: weir}
+spec:
+  controllerName: weir.dev/gateway-controller
+  description: weir's Envoy gateways
+  parametersRef: {group: weir.dev, kind: GatewayClassConfig, name: egress, namespace: infra}
+"""
+)
+
+GATEWAY_CLASS_CASES = {
+    "controller-without-path": with_spec(GATEWAY_CLASS, controllerName="weir.dev"),
+    "controller-without-domain": with_spec(GATEWAY_CLASS, controllerName="/gateway"),
+    "controller-path-punctuation": with_spec(GATEWAY_CLASS, controllerName="example.com/a/b~c%20(d)"),
+    "controller-path-space": with_spec(GATEWAY_CLASS, controllerName="example.com/a b"),
+    "controller-uppercase-domain": with_spec(GATEWAY_CLASS, controllerName="Example.com/a"),
+    "parameters-core-configmap": with_spec(
+        GATEWAY_CLASS, parametersRef={"group": "", "kind": "ConfigMap", "name": "c", "namespace": "n"}
+    ),
+    "parameters-without-group": with_spec(GATEWAY_CLASS, parametersRef={"kind": "ConfigMap", "name": "c"}),
+    "description-empty": with_spec(GATEWAY_CLASS, description=""),
+    "spec-empty": {**GATEWAY_CLASS, "spec": {}},
+    "valid-as-is": GATEWAY_CLASS,
+}
+
+
+@pytest.mark.parametrize("obj", cases(GATEWAY_CLASS, GATEWAY_CLASS_CASES))
+def test_gatewayclass_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
+    check(upstream, obj, request.node.callspec.id)
+
+
+# ------------------------------------------------------------------ ReferenceGrant (v1beta1 and v1)
+
+REFERENCE_GRANT: dict[str, Any] = yaml.safe_load(
+    """
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: grant, namespace: default}
+spec:
+  from:
+  - {group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: web}
+  - {group: "", kind: Pod, namespace: jobs}
+  to:
+  - {group: "", kind: Service, name: api}
+  - {group: "", kind: Secret}
+"""
+)
+
+REFERENCE_GRANT_CASES = {
+    "from-without-namespace": with_spec(REFERENCE_GRANT, **{"from": [{"group": "", "kind": "Pod"}]}),
+    "to-without-group": with_spec(REFERENCE_GRANT, to=[{"kind": "Service"}]),
+    "to-name-empty": with_spec(REFERENCE_GRANT, to=[{"group": "", "kind": "Service", "name": ""}]),
+    "from-none": with_spec(REFERENCE_GRANT, **{"from": []}),
+    "to-absent": without(REFERENCE_GRANT, "to"),
+    "v1": {**REFERENCE_GRANT, "apiVersion": "gateway.networking.k8s.io/v1"},
+    "v1-bad-kind": {
+        **with_spec(REFERENCE_GRANT, to=[{"group": "", "kind": "9Service"}]),
+        "apiVersion": "gateway.networking.k8s.io/v1",
+    },
+    "valid-as-is": REFERENCE_GRANT,
+}
+
+
+@pytest.mark.parametrize("obj", cases(REFERENCE_GRANT, REFERENCE_GRANT_CASES))
+def test_referencegrant_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
+    check(upstream, obj, request.node.callspec.id)
+
+
+# ------------------------------------------------------------------ BackendTLSPolicy
+
+BACKEND_TLS_POLICY: dict[str, Any] = yaml.safe_load(
+    """
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: tls, namespace: default}
+spec:
+  targetRefs:
+  - {group: "", kind: Service, name: api, sectionName: https}
+  - {group: "", kind: Service, name: api, sectionName: grpc}
+  validation:
+    hostname: api.example.com
+    caCertificateRefs: [{group: "", kind: ConfigMap, name: ca}]
+    subjectAltNames:
+    - {type: Hostname, hostname: "*.example.com"}
+    - {type: URI, uri: "spiffe://example.com/ns/a/sa/b"}
+  options: {example.com/min-version: "1.3"}
+"""
+)
+
+
+def _policy_validation(**validation: Any) -> dict[str, Any]:
+    return with_spec(BACKEND_TLS_POLICY, validation={"hostname": "api.example.com", **validation})
+
+
+_SVC = {"group": "", "kind": "Service"}
+
+BACKEND_TLS_POLICY_CASES = {
+    "targets-same-twice": with_spec(
+        BACKEND_TLS_POLICY, targetRefs=[{**_SVC, "name": "a"}, {**_SVC, "name": "a"}]
+    ),
+    "targets-one-section": with_spec(
+        BACKEND_TLS_POLICY, targetRefs=[{**_SVC, "name": "a"}, {**_SVC, "name": "a", "sectionName": "b"}]
+    ),
+    "targets-same-section": with_spec(
+        BACKEND_TLS_POLICY,
+        targetRefs=[{**_SVC, "name": "a", "sectionName": "b"}, {**_SVC, "name": "a", "sectionName": "b"}],
+    ),
+    "target-xbackend": with_spec(
+        BACKEND_TLS_POLICY,
+        targetRefs=[{"group": "gateway.networking.x-k8s.io", "kind": "XBackend", "name": "a"}],
+    ),
+    "targets-none": with_spec(BACKEND_TLS_POLICY, targetRefs=[]),
+    "validation-absent": without(BACKEND_TLS_POLICY, "validation"),
+    "validation-without-ca": _policy_validation(),
+    "validation-both-ca": _policy_validation(
+        caCertificateRefs=[{"group": "", "kind": "ConfigMap", "name": "ca"}], wellKnownCACertificates="System"
+    ),
+    "well-known-system": _policy_validation(wellKnownCACertificates="System"),
+    "well-known-public": _policy_validation(wellKnownCACertificates="Public"),
+    "well-known-prefixed": _policy_validation(wellKnownCACertificates="example.com/roots"),
+    "san-hostname-without-value": _policy_validation(
+        wellKnownCACertificates="System", subjectAltNames=[{"type": "Hostname"}]
+    ),
+    "san-uri-with-hostname": _policy_validation(
+        wellKnownCACertificates="System",
+        subjectAltNames=[{"type": "URI", "hostname": "a.example.com", "uri": "https://a"}],
+    ),
+    "options-seventeen": with_spec(BACKEND_TLS_POLICY, options={f"example.com/o{i}": "v" for i in range(17)}),
+    "options-empty-value": with_spec(BACKEND_TLS_POLICY, options={"example.com/o": ""}),
+    "options-key-bad": with_spec(BACKEND_TLS_POLICY, options={"a b": "c"}),
+    "valid-as-is": BACKEND_TLS_POLICY,
+}
+
+
+@pytest.mark.parametrize("obj", cases(BACKEND_TLS_POLICY, BACKEND_TLS_POLICY_CASES))
+def test_backendtlspolicy_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
     check(upstream, obj, request.node.callspec.id)
