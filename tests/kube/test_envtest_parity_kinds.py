@@ -1,12 +1,14 @@
 """Validation parity for the kinds weir reads besides HTTPRoute, Gateway and GRPCRoute.
 
-TLSRoute, TCPRoute, UDPRoute, GatewayClass, ReferenceGrant, BackendTLSPolicy and
-XBackend (v1.6), each against upstream's CRD on a real API server.
+TLSRoute, TCPRoute, UDPRoute, GatewayClass, ReferenceGrant, BackendTLSPolicy,
+XBackend (v1.6) and XBackendTrafficPolicy, each against upstream's CRD on a real
+API server.
 
 As :mod:`test_envtest_upstream_parity` does for HTTPRoute, Gateway and
 GRPCRoute: an API server of this module's own runs upstream's CRDs
-(``testdata/gateway-api-v1.6.1/l4routes.yaml``, ``policies.yaml`` and
-``xbackends.yaml``, each naming the commit it was read at), and every case goes to it as a dry-run
+(``testdata/gateway-api-v1.6.1/l4routes.yaml``, ``policies.yaml``,
+``xbackends.yaml`` and ``xbackendtrafficpolicies.yaml``, each naming the commit
+it was read at), and every case goes to it as a dry-run
 create and to weir's loader; the two must agree on whether it is refused.
 The cases are a valid object per kind, a variant per schema constraint it
 reaches (:func:`parity.variants`), and hand-made cases for the CEL rules.
@@ -36,7 +38,9 @@ def crds() -> dict[str, dict[str, Any]]:
     """The CRDs this module's API server runs, by kind."""
     found: list[dict[str, Any]] = yaml.safe_load((UPSTREAM / "l4routes.yaml").read_text())["items"]
     found += yaml.safe_load((UPSTREAM / "policies.yaml").read_text())["items"]
-    found.append(yaml.safe_load((UPSTREAM / "xbackends.yaml").read_text()))
+    found += [
+        yaml.safe_load((UPSTREAM / f).read_text()) for f in ("xbackends.yaml", "xbackendtrafficpolicies.yaml")
+    ]
     return {crd["spec"]["names"]["kind"]: crd for crd in found}
 
 
@@ -433,4 +437,76 @@ BACKEND_TLS_POLICY_CASES = {
 
 @pytest.mark.parametrize("obj", cases(BACKEND_TLS_POLICY, BACKEND_TLS_POLICY_CASES))
 def test_backendtlspolicy_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
+    check(upstream, obj, request.node.callspec.id)
+
+
+# ------------------------------------------------------------------ XBackendTrafficPolicy
+
+TRAFFIC_POLICY: dict[str, Any] = yaml.safe_load(
+    """
+apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackendTrafficPolicy
+metadata: {name: traffic, namespace: default}
+spec:
+  targetRefs:
+  - {group: "", kind: Service, name: api}
+  - {group: gateway.networking.x-k8s.io, kind: XBackend, name: ext}
+  retryConstraint:
+    budget: {interval: 10s, percent: 20}
+    minRetryRate: {count: 10, interval: 1s}
+  sessionPersistence:
+    sessionName: session
+    absoluteTimeout: 1h
+    type: Cookie
+    cookieConfig: {lifetimeType: Permanent}
+"""
+)
+
+
+def _session(**session: Any) -> dict[str, Any]:
+    return with_spec(TRAFFIC_POLICY, sessionPersistence=session)
+
+
+def _retry(**retry: Any) -> dict[str, Any]:
+    return with_spec(TRAFFIC_POLICY, retryConstraint=retry)
+
+
+TRAFFIC_POLICY_CASES = {
+    "targets-same-twice": with_spec(
+        TRAFFIC_POLICY, targetRefs=[{**_SVC, "name": "a"}, {**_SVC, "name": "a"}]
+    ),
+    "targets-differ-in-kind": with_spec(
+        TRAFFIC_POLICY, targetRefs=[{**_SVC, "name": "a"}, {"group": "", "kind": "Pod", "name": "a"}]
+    ),
+    "permanent-without-timeout": _session(cookieConfig={"lifetimeType": "Permanent"}),
+    "session-without-timeout": _session(cookieConfig={"lifetimeType": "Session"}),
+    "cookie-config-empty": _session(cookieConfig={}),
+    "cookie-config-on-header": _session(type="Header", cookieConfig={"lifetimeType": "Session"}),
+    "header-without-cookie-config": _session(type="Header", sessionName="x-session"),
+    "cookie-config-with-default-type": _session(cookieConfig={}, absoluteTimeout="1s"),
+    "timeout-bad": _session(absoluteTimeout="1d"),
+    "timeout-zero": _session(absoluteTimeout="0s"),
+    "session-empty": _session(),
+    "budget-interval-under-a-second": _retry(budget={"interval": "999ms"}),
+    "budget-interval-hour": _retry(budget={"interval": "1h"}),
+    "budget-interval-over-an-hour": _retry(budget={"interval": "1h1ms"}),
+    "budget-percent-zero": _retry(budget={"percent": 0}),
+    "budget-empty": _retry(budget={}),
+    "rate-interval-zero": _retry(minRetryRate={"count": 1, "interval": "0s"}),
+    "rate-interval-zero-ms": _retry(minRetryRate={"count": 1, "interval": "0ms"}),
+    "rate-interval-1ms": _retry(minRetryRate={"count": 1, "interval": "1ms"}),
+    "rate-interval-over-an-hour": _retry(minRetryRate={"count": 1, "interval": "61m"}),
+    "rate-without-count": _retry(minRetryRate={"interval": "1s"}),
+    "rate-without-interval": _retry(minRetryRate={"count": 1}),
+    "rate-empty": _retry(minRetryRate={}),
+    "retry-empty": _retry(),
+    "targets-only": without(TRAFFIC_POLICY, "retryConstraint", "sessionPersistence"),
+    "valid-as-is": TRAFFIC_POLICY,
+}
+
+
+@pytest.mark.parametrize("obj", cases(TRAFFIC_POLICY, TRAFFIC_POLICY_CASES))
+def test_xbackendtrafficpolicy_parity(
+    upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
     check(upstream, obj, request.node.callspec.id)

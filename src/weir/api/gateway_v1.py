@@ -792,6 +792,8 @@ class SessionPersistence(Model):
         permanent = self.cookie_config is not None and self.cookie_config.lifetime_type == "Permanent"
         if permanent and self.absolute_timeout is None:
             raise ValueError("AbsoluteTimeout must be specified when cookie lifetimeType is Permanent")
+        if self.cookie_config is not None and self.type != "Cookie":
+            raise ValueError("cookieConfig can only be set with type Cookie")
         return self
 
 
