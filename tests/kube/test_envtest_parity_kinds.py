@@ -1,13 +1,13 @@
 """Validation parity for the kinds weir reads besides HTTPRoute, Gateway and GRPCRoute.
 
-TLSRoute, TCPRoute, UDPRoute, GatewayClass, ReferenceGrant, BackendTLSPolicy,
-XBackend (v1.6) and XBackendTrafficPolicy, each against upstream's CRD on a real
+TLSRoute, TCPRoute, UDPRoute, GatewayClass, ListenerSet, ReferenceGrant,
+BackendTLSPolicy, XBackend (v1.6) and XBackendTrafficPolicy, each against upstream's CRD on a real
 API server.
 
 As :mod:`test_envtest_upstream_parity` does for HTTPRoute, Gateway and
 GRPCRoute: an API server of this module's own runs upstream's CRDs
 (``testdata/gateway-api-v1.6.1/l4routes.yaml``, ``policies.yaml``,
-``xbackends.yaml`` and ``xbackendtrafficpolicies.yaml``, each naming the commit
+``listenersets.yaml``, ``xbackends.yaml`` and ``xbackendtrafficpolicies.yaml``, each naming the commit
 it was read at), and every case goes to it as a dry-run
 create and to weir's loader; the two must agree on whether it is refused.
 The cases are a valid object per kind, a variant per schema constraint it
@@ -38,9 +38,8 @@ def crds() -> dict[str, dict[str, Any]]:
     """The CRDs this module's API server runs, by kind."""
     found: list[dict[str, Any]] = yaml.safe_load((UPSTREAM / "l4routes.yaml").read_text())["items"]
     found += yaml.safe_load((UPSTREAM / "policies.yaml").read_text())["items"]
-    found += [
-        yaml.safe_load((UPSTREAM / f).read_text()) for f in ("xbackends.yaml", "xbackendtrafficpolicies.yaml")
-    ]
+    for single in ("xbackends.yaml", "xbackendtrafficpolicies.yaml", "listenersets.yaml"):
+        found.append(yaml.safe_load((UPSTREAM / single).read_text()))
     return {crd["spec"]["names"]["kind"]: crd for crd in found}
 
 
@@ -509,4 +508,72 @@ TRAFFIC_POLICY_CASES = {
 def test_xbackendtrafficpolicy_parity(
     upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
+    check(upstream, obj, request.node.callspec.id)
+
+
+# ------------------------------------------------------------------ ListenerSet
+
+LISTENER_SET: dict[str, Any] = yaml.safe_load(
+    """
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: team, namespace: default}
+spec:
+  parentRef: {name: gw, namespace: infra, group: gateway.networking.k8s.io, kind: Gateway}
+  listeners:
+  - name: http
+    port: 8080
+    protocol: HTTP
+    hostname: "*.team.example.com"
+    allowedRoutes:
+      namespaces:
+        from: Selector
+        selector:
+          matchLabels: {team: a}
+          matchExpressions: [{key: env, operator: In, values: [prod]}]
+      kinds: [{kind: HTTPRoute, group: gateway.networking.k8s.io}]
+  - name: https
+    port: 8443
+    protocol: HTTPS
+    hostname: app.team.example.com
+    tls:
+      mode: Terminate
+      certificateRefs: [{name: cert, namespace: certs, kind: Secret, group: ""}]
+      options: {example.com/min-version: "1.2"}
+  - {name: tls, port: 9443, protocol: TLS, tls: {mode: Passthrough}}
+  - {name: tcp, port: 9000, protocol: TCP}
+  - {name: udp, port: 9000, protocol: UDP}
+"""
+)
+
+
+def _entries(*listeners: dict[str, Any]) -> dict[str, Any]:
+    return with_spec(LISTENER_SET, listeners=list(listeners))
+
+
+_HTTP = {"name": "a", "port": 80, "protocol": "HTTP"}
+
+LISTENER_SET_CASES = {
+    "tls-on-http": _entries({**_HTTP, "tls": {"mode": "Passthrough"}}),
+    "https-passthrough": _entries(
+        {"name": "a", "port": 443, "protocol": "HTTPS", "tls": {"mode": "Passthrough"}}
+    ),
+    "https-without-tls": _entries({"name": "a", "port": 443, "protocol": "HTTPS"}),
+    "tls-without-tls": _entries({"name": "a", "port": 443, "protocol": "TLS"}),
+    "terminate-without-certificates": _entries({"name": "a", "port": 443, "protocol": "HTTPS", "tls": {}}),
+    "hostname-on-tcp": _entries({"name": "a", "port": 1, "protocol": "TCP", "hostname": "a.example.com"}),
+    "same-name": _entries(_HTTP, {**_HTTP, "port": 81}),
+    "same-name-other-case": _entries(_HTTP, {**_HTTP, "name": "A", "port": 81}),
+    "same-port-protocol-hostname": _entries(_HTTP, {**_HTTP, "name": "b"}),
+    "same-port-other-hostname": _entries(_HTTP, {**_HTTP, "name": "b", "hostname": "b.example.com"}),
+    "custom-protocol": _entries({"name": "a", "port": 1, "protocol": "example.com/thrift"}),
+    "no-listeners": _entries(),
+    "parent-service": with_spec(LISTENER_SET, parentRef={"name": "s", "kind": "Service", "group": ""}),
+    "parent-absent": without(LISTENER_SET, "parentRef"),
+    "valid-as-is": LISTENER_SET,
+}
+
+
+@pytest.mark.parametrize("obj", cases(LISTENER_SET, LISTENER_SET_CASES))
+def test_listenerset_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
     check(upstream, obj, request.node.callspec.id)
