@@ -40,6 +40,9 @@ def crds() -> dict[str, dict[str, Any]]:
     found += yaml.safe_load((UPSTREAM / "policies.yaml").read_text())["items"]
     for single in ("xbackends.yaml", "xbackendtrafficpolicies.yaml", "listenersets.yaml"):
         found.append(yaml.safe_load((UPSTREAM / single).read_text()))
+    # For upstream's experimental invalid examples of these two kinds (see the end).
+    for single in ("httproutes.yaml", "grpcroutes.yaml"):
+        found += [d for d in yaml.safe_load_all((UPSTREAM / single).read_text()) if d]
     return {crd["spec"]["names"]["kind"]: crd for crd in found}
 
 
@@ -577,3 +580,23 @@ LISTENER_SET_CASES = {
 @pytest.mark.parametrize("obj", cases(LISTENER_SET, LISTENER_SET_CASES))
 def test_listenerset_parity(upstream: Api, obj: dict[str, Any], request: pytest.FixtureRequest) -> None:
     check(upstream, obj, request.node.callspec.id)
+
+
+# ------------------------------------------------------------------ upstream's experimental invalid examples
+
+EXPERIMENTAL_EXAMPLES = [
+    d for d in yaml.safe_load_all((UPSTREAM / "invalid-examples-experimental.yaml").read_text()) if d
+]
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [pytest.param(o, id=f"upstream-experimental:{o['metadata']['name']}") for o in EXPERIMENTAL_EXAMPLES],
+)
+def test_upstream_experimental_invalid_example_is_refused_by_both(upstream: Api, obj: dict[str, Any]) -> None:
+    """Upstream's "must be refused" list of the experimental channel: both refuse each."""
+    server = server_refuses(upstream, obj)
+    weir = weir_refuses(obj)
+    record(f"upstream-experimental:{obj['metadata']['name']}", server, weir)
+    assert server, "the API server accepts it"
+    assert weir, "weir accepts it"

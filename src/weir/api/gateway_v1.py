@@ -823,9 +823,9 @@ class HTTPRouteRule(Model):
 
 
 def _check_rules(rules: tuple[HTTPRouteRule, ...]) -> tuple[HTTPRouteRule, ...]:
-    names = [rule.name for rule in rules if rule.name is not None]
-    if len(names) != len(set(names)):
-        raise ValueError("Rule name must be unique within the route")
+    # Repeated rule names are taken, as the standard channel's CRD takes them (the experimental
+    # channel's refuses them, so such a cluster never holds one): weir names nothing after a
+    # rule, so a repeat is ambiguous nowhere (GRPCRoute likewise).
     if sum(len(rule.matches) for rule in rules) > 128:
         raise ValueError(
             "While 16 rules and 64 matches per rule are allowed, the total number of matches "
