@@ -310,6 +310,9 @@ XBACKEND_MAIN_CASES = {
         for p in ("TCP", "HTTP", "HTTP2", "HTTP11", "H2C", "MCP", "GRPC", "WSS")
         for tls in (True, False)
     },
+    # weir's CRD guards main's protocol rules with has(): an XBackend without a protocol is taken
+    # by both. Upstream main's CRD reads self.protocol unguarded and so refuses every such object
+    # ("no such key: protocol"): an upstream bug in unreleased code, whose intent weir follows.
     "protocol-absent": without(XBACKEND_MAIN, "protocol"),
     "protocol-absent-no-tls": without(XBACKEND_MAIN, "protocol", "tls"),
     "port-empty": with_spec(XBACKEND_MAIN, port={}),
