@@ -87,8 +87,9 @@ def keeps(name: str, kept: Sequence[tuple[str, str]] = STATS_KEPT) -> bool:
 
 
 #: Extensions Envoy must load at start for what weir serves over ADS: internal
-#: listeners (in-process, no socket), through which TCP listeners reach guarded
-#: upstreams (``weir.xds.build.TCP_EGRESS``). Without it Envoy rejects them.
+#: listeners (in-process, no socket), such as the one standing for an external
+#: hostname's denied addresses (``weir.xds.endpoints.EGRESS_DENIED``). Without
+#: it Envoy rejects them.
 BOOTSTRAP_EXTENSIONS: tuple[dict[str, Any], ...] = (
     {
         "name": "envoy.bootstrap.internal_listener",
