@@ -1,7 +1,10 @@
 """Backend references: Services (through EndpointSlices) and XBackends, to IR upstreams.
 
 A :class:`BackendResolver` lives for one translation. It resolves each
-``backendRef`` of a route, evaluates every XBackend once, and remembers which
+``backendRef`` of a route, evaluates every XBackend once, decides its egress
+guard (or its refusal) from the policies of the Gateways that use it
+(:class:`weir.translate.egress.EgressPolicy`, who uses what being known
+before resolution: :mod:`weir.translate.users`), and remembers which
 Gateways use which XBackend so that the XBackend's ``status.parents`` can be
 written per Gateway.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +78,11 @@ class Resolved:
     unusable: str = ""
     #: The session persistence an XBackendTrafficPolicy asks of requests to this backend.
     session: ir.SessionAffinity | None = None
+    #: The egress policy refuses the XBackend (its own status says why). ``upstream`` is what it
+    #: would be: the route is built as with a usable backend (timeouts, sessions, its status),
+    #: but that backend's share fails (500, closed connections), a mirror to it is dropped, and
+    #: neither the upstream nor its secrets go into the IR.
+    refused: bool = False
 
 
 def no_usable_backend(index: int, unusable: list[str], any_usable: bool, outcome: str) -> RefFailure | None:
@@ -103,11 +111,22 @@ class XBackendVerdict:
 
 
 class BackendResolver:
-    def __init__(self, resources: Resources, settings: Settings) -> None:
+    def __init__(
+        self, resources: Resources, settings: Settings, egress_policy: egress.EgressPolicy | None = None
+    ) -> None:
         self._resources = resources
         self._settings = settings
+        #: Decides each external XBackend's guard when a route resolves it (default: no Gateway
+        #: class is known, every XBackend gets weir's own policy).
+        self.egress = egress_policy or egress.egress_policy(resources, settings, (), {})
         self._xbackends: dict[ObjectKey, XBackendVerdict] = {}
         self._xbackend_users: dict[ObjectKey, set[ObjectKey]] = defaultdict(set)
+        #: Per (XBackend, Gateways of the resolving route): the verdict with the egress decision.
+        self._decisions: dict[tuple[ObjectKey, frozenset[ObjectKey]], XBackendVerdict] = {}
+        #: Per XBackend: the last decided verdict, the one its status shows.
+        self._decided: dict[ObjectKey, XBackendVerdict] = {}
+        #: XBackends the egress policy refused, with the secrets their own evaluation resolved.
+        self.refused: dict[ObjectKey, tuple[ir.Secret, ...]] = {}
         self.tls_policies = BackendTLSPolicies(resources, settings)
         self.credential_policies = CredentialPolicies(resources)
         self.mcp_policies = McpPolicies(resources)
@@ -136,40 +155,11 @@ class BackendResolver:
         parents in the status of a referenced XBackend, and ancestors in the
         status of the BackendTLSPolicy of a referenced Service.
         """
+        failure = reference_failure(self._resources, route_kind, route_namespace, ref)
+        if failure is not None:
+            return failure
         namespace = ref.namespace or route_namespace
-        target = f"{ref.kind} {namespace}/{ref.name}"
-        if (ref.group, ref.kind) == ("", "Service"):
-            kind_group = ""
-        elif (ref.group, ref.kind) == (XBACKEND_GROUP, "XBackend"):
-            kind_group = XBACKEND_GROUP
-        else:
-            return RefFailure(
-                st.R_INVALID_KIND,
-                f"backendRef kind {ref.group or 'core'}/{ref.kind} is not supported; "
-                f"use a Service or a {XBACKEND_GROUP} XBackend",
-            )
-        if ref.kind in self._resources.unserved:
-            return RefFailure(
-                st.R_INVALID_KIND,
-                f"backendRef kind {ref.group}/{ref.kind} is not served by this cluster (its CRD is not "
-                "installed); install the experimental Gateway API CRDs, or refer to a Service",
-            )
-        if not reference_permitted(
-            self._resources,
-            from_group=GATEWAY_GROUP,
-            from_kind=route_kind,
-            from_namespace=route_namespace,
-            to_group=kind_group,
-            to_kind=ref.kind,
-            to_namespace=namespace,
-            to_name=ref.name,
-        ):
-            return RefFailure(
-                st.R_REF_NOT_PERMITTED,
-                f"{target} is in another namespace and no ReferenceGrant in {namespace} "
-                f"allows {route_kind}s from {route_namespace} to refer to it",
-            )
-        if kind_group == "":
+        if ref.kind == "Service":
             return self._service(route_kind, namespace, ref, gateways)
         return self._xbackend(route_kind, namespace, ref, gateways)
 
@@ -295,60 +285,63 @@ class BackendResolver:
     def _xbackend(
         self, route_kind: str, namespace: str, ref: BackendRef, gateways: set[ObjectKey]
     ) -> Resolved | RefFailure:
-        xb = self._resources.get(XBackend, namespace, ref.name)
-        if xb is None:
-            return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
-        if route_kind == UDP_ROUTE:
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} cannot take UDP: XBackends speak TCP-based protocols "
-                "(external UDP egress is not guarded by weir); use a Service",
-            )
-        if ref.port is not None and ref.port != xb.spec.port_number:
-            return RefFailure(
-                st.R_BACKEND_NOT_FOUND,
-                f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
-                f"port {xb.spec.port_number}; omit the port or make them equal",
-            )
-        if route_kind == "GRPCRoute" and not _carries_grpc(xb):
-            protocol = xb.spec.protocol or "unset (HTTP)"
-            mode = xb.spec.tls.mode if xb.spec.tls else "None"
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol {protocol} with tls.mode {mode}, which cannot "
-                "carry gRPC: gRPC needs HTTP/2; set the protocol to HTTP2 (or H2C in plaintext)",
-            )
-        if route_kind in RAW_ROUTE_KINDS and xb.spec.protocol != "TCP":
-            protocol = xb.spec.protocol or "unset (HTTP)"
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol {protocol}, which a {route_kind} cannot use; "
-                f"a {route_kind} relays raw bytes: set the XBackend's protocol to TCP, or use an HTTPRoute",
-            )
-        if route_kind not in RAW_ROUTE_KINDS and xb.spec.protocol == "TCP":
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol TCP, which an HTTPRoute cannot use; "
-                "use a TCPRoute on a TCP listener",
-            )
+        xb = usable_xbackend(self._resources, route_kind, namespace, ref)
+        if isinstance(xb, RefFailure):
+            return xb
         self._xbackend_users[xb.key].update(gateways)
         # The Gateways become ancestors of the policies; the verdict applies them (once per XBackend).
         self.credential_policies.for_xbackend(xb, gateways)
         self.mcp_policies.for_xbackend(xb, gateways)
         traffic = self.traffic_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
+        streaming = xb.spec.protocol in STREAMING_PROTOCOLS
+        session = traffic.session if traffic else None
+        if verdict.upstream is not None and isinstance(verdict.upstream.destination, ir.DnsName):
+            decided = self._decide(xb.key, verdict, gateways)
+            if decided.upstream is None:
+                return Resolved(verdict.upstream, verdict.secrets, streaming, session=session, refused=True)
+            verdict = decided
         why = ""
         if verdict.upstream is None:
             failed = next((c for c in verdict.conditions if not c[1]), None)
             detail = f"{failed[0]}=False, {failed[2]}: {failed[3]}" if failed else "see its status"
             why = f"XBackend {namespace}/{ref.name} is refused ({detail})"
-        return Resolved(
-            verdict.upstream,
-            verdict.secrets,
-            streaming=xb.spec.protocol in STREAMING_PROTOCOLS,
-            unusable=why,
-            session=traffic.session if traffic else None,
+        return Resolved(verdict.upstream, verdict.secrets, streaming=streaming, unusable=why, session=session)
+
+    def _decide(self, key: ObjectKey, verdict: XBackendVerdict, gateways: set[ObjectKey]) -> XBackendVerdict:
+        """``verdict`` (usable, of an external hostname) with the egress decision for its users: the
+        upstream with its guard and resolver, or a refusal (``Accepted=False``, no upstream)."""
+        users = frozenset(gateways)
+        found = self._decisions.get((key, users))
+        if found is None:
+            assert verdict.upstream is not None and isinstance(verdict.upstream.destination, ir.DnsName)
+            destination = verdict.upstream.destination
+            decision = self.egress.decide(key, destination.hostname, users)
+            found = self._decisions[key, users] = self._settled(key, verdict, decision)
+        self._decided[key] = found
+        return found
+
+    def _settled(
+        self, key: ObjectKey, verdict: XBackendVerdict, decision: egress.Decision
+    ) -> XBackendVerdict:
+        """``verdict`` after ``decision``; a refusal is recorded in :attr:`refused`."""
+        upstream = verdict.upstream
+        assert upstream is not None and isinstance(upstream.destination, ir.DnsName)
+        if decision.refusal is not None:
+            reason, message = decision.refusal
+            self.refused[key] = verdict.secrets
+            conditions = (
+                (st.ACCEPTED, False, reason, message),
+                (st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"),
+            )
+            return XBackendVerdict(None, (), conditions)
+        self.refused.pop(key, None)
+        upstream = dataclasses.replace(
+            upstream,
+            destination=dataclasses.replace(upstream.destination, dns=decision.dns),
+            egress_guard=decision.guard,
         )
+        return dataclasses.replace(verdict, upstream=upstream)
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
@@ -383,19 +376,12 @@ class BackendResolver:
         upstream = dataclasses.replace(upstream, credential=applied.injection)
         return XBackendVerdict(upstream, (*verdict.secrets, applied.secret), verdict.conditions)
 
-    def apply_egress_policy(
-        self,
-        gateway_classes: Mapping[ObjectKey, str],
-        policies: Mapping[str, egress.ClassPolicy],
-        fallback: egress.ClassPolicy,
-    ) -> dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]]:
-        """Settle every XBackend resolved so far against the egress policy of its users.
+    def apply_egress_policy(self) -> dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]]:
+        """Decide again, with the users registered now (:meth:`register_users`), every external
+        XBackend resolved so far; for :mod:`weir.translate.incremental`, which learns the complete
+        users of an XBackend only after its routes resolved it (a full pass knows them before).
 
-        Call once, after every route has been resolved: an XBackend's policy
-        combines those of the classes (``gateway_classes``: Gateway → class
-        name) of every Gateway using it (see :func:`weir.translate.egress.decide`);
-        ``fallback`` applies to one no Gateway uses. Returns, by upstream
-        name, the upstream to serve (now with its egress guard), or ``None``
+        Returns, by upstream name, the upstream to serve (with its egress guard), or ``None``
         with the secrets that were resolved for it, when the policy refuses it.
         """
         settled: dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]] = {}
@@ -409,26 +395,9 @@ class BackendResolver:
                 # Services); the egress guard is for external hostnames.
                 settled[upstream.name] = (upstream, verdict.secrets)
                 continue
-            classes = sorted({gateway_classes[gw] for gw in users if gw in gateway_classes})
-            decision = egress.decide(
-                upstream.destination.hostname, [policies[c] for c in classes if c in policies] or [fallback]
-            )
-            if decision.refusal is not None:
-                reason, message = decision.refusal
-                conditions = (
-                    (st.ACCEPTED, False, reason, message),
-                    (st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"),
-                )
-                self._xbackends[key] = XBackendVerdict(None, (), conditions)
-                settled[upstream.name] = (None, verdict.secrets)
-                continue
-            upstream = dataclasses.replace(
-                upstream,
-                destination=dataclasses.replace(upstream.destination, dns=decision.dns),
-                egress_guard=decision.guard,
-            )
-            self._xbackends[key] = dataclasses.replace(verdict, upstream=upstream)
-            settled[upstream.name] = (upstream, verdict.secrets)
+            decision = self.egress.decide_for(upstream.destination.hostname, users)
+            final = self._decided[key] = self._settled(key, verdict, decision)
+            settled[upstream.name] = (final.upstream, verdict.secrets)
         return settled
 
     def register_users(self, xbackend: ObjectKey, gateways: set[ObjectKey]) -> None:
@@ -457,7 +426,7 @@ class BackendResolver:
             xbackends = [xb for xb in found if xb is not None]
         for xb in xbackends:
             users = sorted(self._xbackend_users.get(xb.key, ()))
-            verdict = self.xbackend_verdict(xb)
+            verdict = self._decided.get(xb.key) or self.xbackend_verdict(xb)
             gen = xb.metadata.generation
             conditions = tuple(st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions)
             status_list, status_ref = st.XBACKEND_STATUS_KEYS[xb.shape]
@@ -480,6 +449,103 @@ class BackendResolver:
             if status is not None:
                 out[xb.key] = status
         return out
+
+
+def reference_failure(
+    resources: Resources, route_kind: str, route_namespace: str, ref: BackendRef
+) -> RefFailure | None:
+    """Why ``ref`` (in a route of ``route_kind`` in ``route_namespace``) cannot refer to its object at
+    all: a kind weir does not resolve, or one not served, or a namespace no ReferenceGrant opens."""
+    namespace = ref.namespace or route_namespace
+    if (ref.group, ref.kind) == ("", "Service"):
+        kind_group = ""
+    elif (ref.group, ref.kind) == (XBACKEND_GROUP, "XBackend"):
+        kind_group = XBACKEND_GROUP
+    else:
+        return RefFailure(
+            st.R_INVALID_KIND,
+            f"backendRef kind {ref.group or 'core'}/{ref.kind} is not supported; "
+            f"use a Service or a {XBACKEND_GROUP} XBackend",
+        )
+    if ref.kind in resources.unserved:
+        return RefFailure(
+            st.R_INVALID_KIND,
+            f"backendRef kind {ref.group}/{ref.kind} is not served by this cluster (its CRD is not "
+            "installed); install the experimental Gateway API CRDs, or refer to a Service",
+        )
+    if not reference_permitted(
+        resources,
+        from_group=GATEWAY_GROUP,
+        from_kind=route_kind,
+        from_namespace=route_namespace,
+        to_group=kind_group,
+        to_kind=ref.kind,
+        to_namespace=namespace,
+        to_name=ref.name,
+    ):
+        return RefFailure(
+            st.R_REF_NOT_PERMITTED,
+            f"{ref.kind} {namespace}/{ref.name} is in another namespace and no ReferenceGrant in {namespace} "
+            f"allows {route_kind}s from {route_namespace} to refer to it",
+        )
+    return None
+
+
+def used_xbackend(
+    resources: Resources, route_kind: str, route_namespace: str, ref: BackendRef
+) -> XBackend | None:
+    """The XBackend ``ref`` makes its route a user of, if any: one :meth:`BackendResolver.resolve`
+    would resolve (and count the route's Gateways among its users) rather than refuse the reference."""
+    if (ref.group, ref.kind) != (XBACKEND_GROUP, "XBackend"):
+        return None
+    if reference_failure(resources, route_kind, route_namespace, ref) is not None:
+        return None
+    xb = usable_xbackend(resources, route_kind, ref.namespace or route_namespace, ref)
+    return None if isinstance(xb, RefFailure) else xb
+
+
+def usable_xbackend(
+    resources: Resources, route_kind: str, namespace: str, ref: BackendRef
+) -> XBackend | RefFailure:
+    """The XBackend ``ref`` names in ``namespace``, or why a route of ``route_kind`` cannot use it
+    (it does not exist, its port differs, its protocol is not the route kind's)."""
+    xb = resources.get(XBackend, namespace, ref.name)
+    if xb is None:
+        return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
+    if route_kind == UDP_ROUTE:
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} cannot take UDP: XBackends speak TCP-based protocols "
+            "(external UDP egress is not guarded by weir); use a Service",
+        )
+    if ref.port is not None and ref.port != xb.spec.port_number:
+        return RefFailure(
+            st.R_BACKEND_NOT_FOUND,
+            f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
+            f"port {xb.spec.port_number}; omit the port or make them equal",
+        )
+    if route_kind == "GRPCRoute" and not _carries_grpc(xb):
+        protocol = xb.spec.protocol or "unset (HTTP)"
+        mode = xb.spec.tls.mode if xb.spec.tls else "None"
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} has protocol {protocol} with tls.mode {mode}, which cannot "
+            "carry gRPC: gRPC needs HTTP/2; set the protocol to HTTP2 (or H2C in plaintext)",
+        )
+    if route_kind in RAW_ROUTE_KINDS and xb.spec.protocol != "TCP":
+        protocol = xb.spec.protocol or "unset (HTTP)"
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} has protocol {protocol}, which a {route_kind} cannot use; "
+            f"a {route_kind} relays raw bytes: set the XBackend's protocol to TCP, or use an HTTPRoute",
+        )
+    if route_kind not in RAW_ROUTE_KINDS and xb.spec.protocol == "TCP":
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} has protocol TCP, which an HTTPRoute cannot use; "
+            "use a TCPRoute on a TCP listener",
+        )
+    return xb
 
 
 def _policy_refused(policy: str, namespace: str, service: str) -> str:

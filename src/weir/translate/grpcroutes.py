@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -79,7 +79,7 @@ from weir.translate.attachment import (
 )
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext
-from weir.translate.routes import MCP_IDLE_TIMEOUT_MS, SortKey, place_route, unsupported_fields
+from weir.translate.routes import MCP_IDLE_TIMEOUT_MS, SortKey, failed_shares, place_route, unsupported_fields
 
 KIND = "GRPCRoute"
 
@@ -231,6 +231,15 @@ def translate_grpc_routes(
     return statuses
 
 
+def resolved_refs(route: GRPCRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve_rules` resolves: each rule's backendRefs, then its mirrors'."""
+    for rule in route.spec.rules:
+        http_rule = _as_http_rule(rule)
+        yield from http_rule.backend_refs
+        for mirror_ref, _, _ in filters.rule_filters(http_rule.filters).mirrors:
+            yield BackendRef.model_validate(mirror_ref.model_dump())
+
+
 def _as_http_rule(rule: GRPCRouteRule) -> HTTPRouteRule:
     """The rule's filters and backendRefs as an HTTPRoute rule's.
 
@@ -317,6 +326,7 @@ def _resolve_rules(
     unusable: list[str] = []  # the current rule's backends that exist but cannot be used
 
     sessions: dict[str, ir.SessionAffinity | None] = {}
+    refused: set[str] = set()  # upstreams the egress policy refuses (see Resolved.refused)
 
     def resolve(ref: BackendRef) -> str | None:
         nonlocal failure
@@ -326,6 +336,10 @@ def _resolve_rules(
         if isinstance(result, RefFailure):
             failure = failure or result
             return None
+        if result.refused and result.upstream is not None:
+            refused.add(result.upstream.name)
+            sessions[result.upstream.name] = result.session
+            return result.upstream.name
         for secret in result.secrets:
             table.secrets[secret.name] = secret
         if result.upstream is None:
@@ -354,8 +368,14 @@ def _resolve_rules(
         mirrors = []
         for mirror_ref, numerator, denominator in found.mirrors:
             name = resolve(BackendRef.model_validate(mirror_ref.model_dump()))
-            if name is not None and numerator > 0:
+            if (
+                name is not None and numerator > 0 and name not in refused
+            ):  # a mirror's failure is not the client's
                 mirrors.append(ir.Mirror(name, numerator, denominator))
+        session = filters.session_affinity(
+            rule.session_persistence, f"grpcroute/{route.namespace}/{route.name}/rule/{index}"
+        ) or filters.backends_session([sessions.get(name or "") for name, _, _ in weights])
+        weights = failed_shares(weights, refused)
         action: ir.RouteAction
         if not any(name is not None for name, _, _ in weights):
             action = ir.DirectResponse(UNAVAILABLE)
@@ -371,10 +391,7 @@ def _resolve_rules(
                 request_headers=found.request_headers,
                 mirrors=tuple(mirrors),
                 unresolved_status=UNAVAILABLE,
-                session=filters.session_affinity(
-                    rule.session_persistence, f"grpcroute/{route.namespace}/{route.name}/rule/{index}"
-                )
-                or filters.backends_session([sessions.get(name or "") for name, _, _ in weights]),
+                session=session,
             )
         rules.append(_Rule(action, found.response_headers))
     return rules, failure

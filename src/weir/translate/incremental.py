@@ -50,6 +50,7 @@ translated in full.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -349,8 +350,14 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     if len(todo) > _PATCH_AT_MOST * max(len(state.units), 1):
         return "most routes to recompute"
 
-    # Compute everything first, mutate nothing until the patch is known to apply.
-    resolver = BackendResolver(resources, settings)
+    # Compute everything first, mutate nothing until the patch is known to apply. An XBackend's
+    # users known before its routes are resolved: those of the routes not recomputed (the
+    # recomputed ones add theirs as they resolve it; all are settled again below).
+    def kept_users(xbackend: ObjectKey) -> frozenset[ObjectKey]:
+        found = state.users.get(xbackend, {})
+        return frozenset(gw for route, gateways in found.items() if route not in todo for gw in gateways)
+
+    resolver = BackendResolver(resources, settings, dataclasses.replace(state.fixed.egress, users=kept_users))
     old_units = {key: state.units.get(key) for key in todo}
     new_units: dict[ObjectKey, RouteUnit | None] = {}
     for key in sorted(todo):
@@ -382,7 +389,7 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
     if touched & state.pinned:
         return "a backend other objects name"
     fixed = state.fixed
-    if any(name in fixed.refused_secrets for unit in units for name in unit.secrets):
+    if resolver.refused or any(name in fixed.refused_secrets for unit in units for name in unit.secrets):
         return "refused XBackend"
 
     settle = {key for key in backends if key.kind == "XBackend"}
@@ -402,11 +409,11 @@ def _patch(state: _State, resources: Resources, changed: set[ObjectKey], setting
         users[xbackend] = found
         if found:
             resolver.register_users(xbackend, {gw for gateways in found.values() for gw in gateways})
-    settled = resolver.apply_egress_policy(*fixed.egress)
+    settled = resolver.apply_egress_policy()
     if any(upstream is None for upstream, _ in settled.values()) or any(
-        name in fixed.refused for unit in units for name in unit.upstreams
+        key in fixed.refused for unit in units for key in unit.uses
     ):
-        return "refused XBackend"  # a full pass rewrites every route using it
+        return "refused XBackend"  # a full pass builds every route using it with its share failed
     xbackend_statuses = resolver.xbackend_statuses(settings.controller_name, only=settle)
 
     # Apply.

@@ -6,7 +6,7 @@ kind's and lives in :mod:`weir.translate.attachment`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -154,6 +154,14 @@ def http_route_unit(
     )
 
 
+def resolved_refs(route: HTTPRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve_rules` resolves: each rule's backendRefs, then its mirrors'."""
+    for rule in route.spec.rules:
+        yield from rule.backend_refs
+        for mirror_ref, _, _ in filters.rule_filters(rule.filters).mirrors:
+            yield BackendRef.model_validate(mirror_ref.model_dump())
+
+
 def place_unit(unit: RouteUnit, table: RouteTable) -> None:
     """Apply ``unit``: count it on its listeners, serve its routes there, add what it resolved."""
     for listener in unit.attached:
@@ -221,6 +229,7 @@ def _resolve_rules(
 
     unusable: list[str] = []  # the current rule's backends that exist but cannot be used
     sessions: dict[str, ir.SessionAffinity | None] = {}
+    refused: set[str] = set()  # upstreams the egress policy refuses (see Resolved.refused)
 
     def resolve(ref: BackendRef) -> tuple[str | None, bool]:
         """The upstream name (``None``: unusable) and whether it streams; records failures (and in
@@ -237,6 +246,10 @@ def _resolve_rules(
             return None, False
         if target is not None and target.kind == "XBackend":
             uses.add(target)
+        if result.refused and result.upstream is not None:
+            refused.add(result.upstream.name)
+            sessions[result.upstream.name] = result.session
+            return result.upstream.name, result.streaming
         for secret in result.secrets:
             table.secrets[secret.name] = secret
         if result.upstream is None:
@@ -265,7 +278,9 @@ def _resolve_rules(
         mirrors = []
         for mirror_ref, numerator, denominator in found.mirrors:
             name, _ = resolve(BackendRef.model_validate(mirror_ref.model_dump()))
-            if name is not None and numerator > 0:
+            if (
+                name is not None and numerator > 0 and name not in refused
+            ):  # a mirror's failure is not the client's
                 mirrors.append(ir.Mirror(name, numerator, denominator))
         if found.redirect is not None:
             # Any backendRefs are refused by validation; the listener decides the port.
@@ -279,7 +294,7 @@ def _resolve_rules(
             session = filters.session_affinity(
                 rule.session_persistence, f"httproute/{route.namespace}/{route.name}/rule/{index}"
             ) or filters.backends_session([sessions.get(name or "") for name, _, _ in weights])
-            action = _action(weights, timing, found, tuple(mirrors), session)
+            action = _action(failed_shares(weights, refused), timing, found, tuple(mirrors), session)
         rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
     named, resolved = frozenset(reads), frozenset(uses)
     # Usually the same backends (all resolved): one set, not two, for each of 10,000 routes.
@@ -291,6 +306,18 @@ def backend_key(ref: BackendRef, route_namespace: str) -> ObjectKey | None:
     if (ref.group, ref.kind) == ("", "Service") or (ref.group, ref.kind) == (XBACKEND_GROUP, "XBackend"):
         return ObjectKey(ref.kind, ref.namespace or route_namespace, ref.name)
     return None
+
+
+def failed_shares(weights: dict[_BackendKey, int], refused: AbstractSet[str]) -> dict[_BackendKey, int]:
+    """``weights`` with the backends in ``refused`` (by the egress policy) turned into failed shares
+    (``None``: the rule's unresolved status answers them), merged with those of the same edits."""
+    if not refused or not any(name in refused for name, _, _ in weights):
+        return weights
+    out: dict[_BackendKey, int] = {}
+    for (name, req, resp), weight in weights.items():
+        key = (None if name in refused else name, req, resp)
+        out[key] = out.get(key, 0) + weight
+    return out
 
 
 def _action(

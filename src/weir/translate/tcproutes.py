@@ -17,12 +17,12 @@ the connections instead.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP
+from weir.api.gateway_v1 import GROUP, BackendRef
 from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
@@ -187,7 +187,7 @@ def _resolve(
             name: str | None = None
             if isinstance(result, RefFailure):
                 failure = failure or result
-            else:
+            elif not result.refused:  # a refused one's share is closed (see Resolved.refused)
                 if result.upstream is not None:
                     name = result.upstream.name
                     table.upstreams[name] = result.upstream
@@ -200,6 +200,12 @@ def _resolve(
         usable = len(unusable) < len(rule.backend_refs)
         failure = failure or no_usable_backend(index, unusable, usable, "its connections are closed")
     return tcp_backends(weights), failure
+
+
+def resolved_refs(route: RelayRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve` resolves: those of every rule."""
+    for rule in route.spec.rules:
+        yield from rule.backend_refs
 
 
 def tcp_backends(weights: dict[str | None, int]) -> tuple[ir.WeightedBackend, ...]:

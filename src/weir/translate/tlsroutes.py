@@ -19,10 +19,12 @@ connections is closed and the route's ``ResolvedRefs`` says why. In mode
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
+from weir.api.gateway_v1 import BackendRef
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
@@ -162,8 +164,9 @@ def _resolve(
             if upstream is None:
                 unusable.append(result.unusable)
             else:
-                name = upstream.name
-                table.upstreams[name] = upstream
+                if not result.refused:  # a refused one's share is closed (see Resolved.refused)
+                    name = upstream.name
+                    table.upstreams[name] = upstream
                 if upstream.tls is None:
                     passthrough_name = name
                 elif passthrough:
@@ -175,7 +178,7 @@ def _resolve(
                         "second TLS session: its share of connections is closed; use a backend without "
                         "TLS origination, or a listener in mode Terminate",
                     )
-            for secret in result.secrets:
+            for secret in () if result.refused else result.secrets:
                 table.secrets[secret.name] = secret
         if ref.weight > 0:
             weights[name] = weights.get(name, 0) + ref.weight
@@ -183,6 +186,12 @@ def _resolve(
     usable = len(unusable) < len(route.spec.rules[0].backend_refs)
     failure = failure or no_usable_backend(0, unusable, usable, "its connections are closed")
     return _Route(route, parents, tcp_backends(weights), tcp_backends(passthrough_weights), failure)
+
+
+def resolved_refs(route: TLSRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve` resolves: those of the (one) rule."""
+    for rule in route.spec.rules[:1]:
+        yield from rule.backend_refs
 
 
 def _shadowed_message(shadowed: list[tuple[ListenerContext, str, _Route]]) -> str:
