@@ -887,12 +887,6 @@ def test_an_endpoint_selector_name_the_headless_service_cannot_carry_is_warned(
     ]
 
 
-def test_the_selector_label_is_the_one_the_headless_service_carries() -> None:
-    from weir.translate.backends import SELECTOR_SERVICE_LABEL
-
-    assert xbackend_v1alpha1.SELECTOR_LABEL == SELECTOR_SERVICE_LABEL
-
-
 def test_an_external_hostname_xbackend_of_any_valid_name_is_not_warned(tmp_path: Path) -> None:
     code, _, errors, output = run_validate(tmp_path, merged(BASE, {"metadata": {"name": "api.v2"}}))
     assert (code, errors) == (0, []), output

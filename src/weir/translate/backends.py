@@ -23,7 +23,7 @@ from weir.api.gateway_v1 import GROUP as GATEWAY_GROUP
 from weir.api.gateway_v1 import BackendRef, Gateway
 from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
-from weir.api.xbackend_v1alpha1 import XBackend
+from weir.api.xbackend_v1alpha1 import SELECTOR_LABEL, XBACKEND_STATUS_KEYS, XBackend
 from weir.resources import Resources
 from weir.translate import egress, tls
 from weir.translate import status as st
@@ -416,7 +416,7 @@ class BackendResolver:
         status has the shape of the object (:attr:`XBackend.shape`):
         ``parents[].parentRef`` for v1.6, ``ancestors[].ancestorRef`` for
         main, never both (a provider whose CRD has the other shape converts
-        it with :func:`weir.translate.status.reshape_xbackend_status`).
+        it with :func:`weir.api.xbackend_v1alpha1.reshape_xbackend_status`).
         """
         out: dict[ObjectKey, dict[str, Any]] = {}
         if only is None:
@@ -429,7 +429,7 @@ class BackendResolver:
             verdict = self._decided.get(xb.key) or self.xbackend_verdict(xb)
             gen = xb.metadata.generation
             conditions = tuple(st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions)
-            status_list, status_ref = st.XBACKEND_STATUS_KEYS[xb.shape]
+            status_list, status_ref = XBACKEND_STATUS_KEYS[xb.shape]
             entry = st.AncestorStatus if status_ref == st.AncestorStatus.REF_KEY else st.ParentStatus
             ours = [
                 entry(
@@ -584,17 +584,12 @@ def service_endpoints(resources: Resources, svc: Service, port: ServicePort) -> 
     return tuple(ir.Endpoint(a, p) for a, p in sorted(ready or draining))
 
 
-#: The label that ties a Service to the EndpointSelector XBackend it serves (value: the XBackend's
-#: name): in a cluster, the headless Service made for the XBackend (its EndpointSlices carry it too).
-SELECTOR_SERVICE_LABEL = "weir.dev/xbackend"
-
-
 def selected_endpoints(resources: Resources, xb: XBackend) -> tuple[ir.Endpoint, ...]:
     """The endpoints of an EndpointSelector XBackend, on its port, in its namespace only.
 
     The ready Pods of the namespace whose labels include every
     ``matchLabels`` pair (files), and the endpoints of the Services of the
-    namespace labelled :data:`SELECTOR_SERVICE_LABEL` with the XBackend's name
+    namespace labelled :data:`SELECTOR_LABEL` with the XBackend's name
     (a cluster: the headless Service made for it, whose EndpointSlices say
     which Pods are ready, as for any Service). Pods of other namespaces are
     never selected.
@@ -610,7 +605,7 @@ def selected_endpoints(resources: Resources, xb: XBackend) -> tuple[ir.Endpoint,
         if all(labels.get(k) == v for k, v in selector.match_labels.items()):
             found.update((address, port) for address in pod.addresses)
     for svc in resources.all(Service):
-        if svc.namespace == xb.namespace and svc.metadata.labels.get(SELECTOR_SERVICE_LABEL) == xb.name:
+        if svc.namespace == xb.namespace and svc.metadata.labels.get(SELECTOR_LABEL) == xb.name:
             for svc_port in svc.spec.ports:
                 found.update((e.address, e.port) for e in service_endpoints(resources, svc, svc_port))
     return tuple(ir.Endpoint(a, p) for a, p in sorted(found))

@@ -66,11 +66,11 @@ from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
-from weir.api.xbackend_v1alpha1 import XBackend
+from weir.api.xbackend_v1alpha1 import SELECTOR_LABEL, XBackend
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, patched_listener
-from weir.translate.backends import SELECTOR_SERVICE_LABEL, BackendResolver
+from weir.translate.backends import BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
     ListenerContext,
@@ -331,7 +331,7 @@ def _changed_backends(state: _State, resources: Resources, changed: Iterable[Obj
     # A Service made for an EndpointSelector XBackend: its endpoints are that XBackend's.
     for key in [k for k in out if k.kind == "Service"]:
         for svc in (state.resources.objects.get(key), resources.objects.get(key)):
-            owner = svc.metadata.labels.get(SELECTOR_SERVICE_LABEL) if svc is not None else None
+            owner = svc.metadata.labels.get(SELECTOR_LABEL) if svc is not None else None
             if owner:
                 out.add(ObjectKey("XBackend", key.namespace, owner))
     return out
