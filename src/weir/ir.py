@@ -746,13 +746,15 @@ class IR:
     dns: DnsSettings = DnsSettings()
 
 
-def to_data(value: Any) -> Any:
+def to_data(value: Any, *, omit_defaults: bool = False) -> Any:
     """Plain data (dicts, lists, scalars) for an IR value, for golden files and ``weir translate``.
 
     Dataclasses become mappings with a ``type`` key naming their class where
     the field's type is a union, enums become their value, tuples lists.
     Secret material (private keys) is replaced by a placeholder so that it
-    never reaches output meant for people.
+    never reaches output meant for people. ``omit_defaults``: leave out every
+    field equal to its default (translate goldens: a new IR field, at its
+    default, then changes none of them, and a diff shows what changed).
     """
     if isinstance(value, TlsCertificate):
         return {
@@ -782,13 +784,25 @@ def to_data(value: Any) -> Any:
         ):
             out["type"] = type(value).__name__
         for field in dataclasses.fields(value):
-            out[camel(field.name)] = to_data(getattr(value, field.name))
+            item = getattr(value, field.name)
+            if omit_defaults and _is_default(field, item):
+                continue
+            out[camel(field.name)] = to_data(item, omit_defaults=omit_defaults)
         return out
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple | list):
-        return [to_data(v) for v in value]
+        return [to_data(v, omit_defaults=omit_defaults) for v in value]
     return value
+
+
+def _is_default(field: dataclasses.Field[Any], value: Any) -> bool:
+    """Whether ``value`` is ``field``'s default (a field without one never is)."""
+    if field.default is not dataclasses.MISSING:
+        return bool(value == field.default)
+    if field.default_factory is not dataclasses.MISSING:
+        return bool(value == field.default_factory())
+    return False
 
 
 def camel(name: str) -> str:
