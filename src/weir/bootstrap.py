@@ -37,7 +37,7 @@ _CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 #: rendering the name.
 #:
 #: Kept: every stat ``/metrics`` reads (:data:`weir.telemetry.ENVOY_STATS_USED`,
-#: checked by ``tests/unit/test_bootstrap.py`` against real Envoy stat names),
+#: checked by ``tests/bootstrap/test_bootstrap.py`` against real Envoy stat names),
 #: and, for people and tests reading Envoy's admin ``/stats``: per cluster the
 #: request and connection totals, failures, timeouts and retries, the egress
 #: guard's refusals, RBAC counters and TLS handshakes and verification failures; per HTTP

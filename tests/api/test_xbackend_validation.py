@@ -619,7 +619,7 @@ def run_validate(tmp_path: Path, manifest: dict[str, Any]) -> tuple[int, Path, l
     path = tmp_path / "xbackend.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
     result = runner.invoke(app, ["validate", "-f", str(path)])
-    # Each error names the line of its field (tests/unit/test_loader.py and test_yamlsource.py
+    # Each error names the line of its field (tests/loader/test_loader.py and test_yamlsource.py
     # check those); here the table is about what is said, so errors read ``{path}:1:`` alike.
     errors = [
         re.sub(rf"^{re.escape(str(path))}:\d+:", f"{path}:1:", line.removeprefix("error: "))

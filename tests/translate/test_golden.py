@@ -43,7 +43,7 @@ def render(name: str) -> str:
 
 def _without_features(status: dict[str, Any]) -> dict[str, Any]:
     """A GatewayClass's ``supportedFeatures`` is the one constant list of :mod:`weir.features`
-    (tests/unit/test_features.py): left out here, so that each golden shows what its input decides."""
+    (tests/features/test_features.py): left out here, so that each golden shows what its input decides."""
     if status.get("supportedFeatures") == [{"name": n} for n in SUPPORTED_FEATURES]:
         return {k: v for k, v in status.items() if k != "supportedFeatures"}
     return status
