@@ -300,36 +300,16 @@ class _CachedParts(_build.Parts):
         if not isinstance(changed, set) or last is None or self._cache._dns_changed:
             return super().clusters(upstreams, dns)
         # Only the clusters of upstreams that changed: the others are those of the last build.
-        memo = self._cache._clusters
-        memo.keep_all(drop=changed)
-        if not changed:
-            return last
-        out = {name: resource for name, resource in last.items() if name not in changed}
-        added = False
-        for name in changed:
-            upstream = upstreams.get(name)
-            if upstream is not None:
-                added |= name not in out
-                out[name] = self.cluster(upstream, dns)
-        return dict(sorted(out.items())) if added else out
+        self._cache._clusters.keep_all(drop=changed)
+        return _patched(last, changed, upstreams, lambda upstream: self.cluster(upstream, dns))
 
     def secrets(self, secrets: Mapping[str, ir.Secret]) -> dict[str, Any]:
         changed = self._cache._changes.secrets
         last = self._cache._last.get(SECRET)
         if not isinstance(changed, set) or last is None:
             return super().secrets(secrets)
-        memo = self._cache._secrets
-        memo.keep_all(drop=changed)
-        if not changed:
-            return last
-        out = {name: resource for name, resource in last.items() if name not in changed}
-        added = False
-        for name in changed:
-            secret = secrets.get(name)
-            if secret is not None:
-                added |= name not in out
-                out[name] = self.secret(secret)
-        return dict(sorted(out.items())) if added else out
+        self._cache._secrets.keep_all(drop=changed)
+        return _patched(last, changed, secrets, self.secret)
 
     def to_check(
         self, upstreams: Mapping[str, ir.Upstream], secrets: Mapping[str, ir.Secret]
@@ -461,6 +441,26 @@ class _CachedParts(_build.Parts):
 
     def egress_denied(self) -> dict[str, Any]:
         return _egress_denied()
+
+
+_Item = TypeVar("_Item")
+
+
+def _patched(
+    last: dict[str, Any], changed: set[str], current: Mapping[str, _Item], make: Callable[[_Item], Any]
+) -> dict[str, Any]:
+    """``last`` (resources by name, in order) with those of the ``changed`` names made again from
+    ``current`` (or gone from it); ``last`` itself when nothing changed."""
+    if not changed:
+        return last
+    out = {name: resource for name, resource in last.items() if name not in changed}
+    added = False
+    for name in changed:
+        item = current.get(name)
+        if item is not None:
+            added |= name not in out
+            out[name] = make(item)
+    return dict(sorted(out.items())) if added else out
 
 
 @functools.lru_cache(maxsize=1)
