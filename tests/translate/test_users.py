@@ -37,7 +37,7 @@ def test_users_found_first_are_the_users_resolution_meets(name: str) -> None:
     resources = _resources(name)
     classes, _ = accepted_classes(resources, SETTINGS)
     gateways = gateway_contexts(resources, SETTINGS, classes)
-    users = xbackend_users(resources, gateways, kind_conflicts(resources, gateways))
+    users, _ = xbackend_users(resources, gateways, kind_conflicts(resources, gateways))
     statuses = translate(resources, SETTINGS).statuses
     for key, status in statuses.items():
         if key.kind == "XBackend":
@@ -54,5 +54,5 @@ def test_some_cases_have_users() -> None:
         resources = _resources(name)
         classes, _ = accepted_classes(resources, SETTINGS)
         gateways = gateway_contexts(resources, SETTINGS, classes)
-        found += bool(xbackend_users(resources, gateways, kind_conflicts(resources, gateways)))
+        found += bool(xbackend_users(resources, gateways, kind_conflicts(resources, gateways))[0])
     assert found >= 10

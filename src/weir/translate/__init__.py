@@ -123,11 +123,12 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
         classes,
         {ctx.gateway.key: ctx.gateway.spec.gateway_class_name for ctx in gateways},
     )
-    users = xbackend_users(resources, gateways, conflicts)
+    users, attached = xbackend_users(resources, gateways, conflicts)
     no_users: frozenset[ObjectKey] = frozenset()
     resolver = BackendResolver(
         resources, settings, dataclasses.replace(policy, users=lambda key: users.get(key, no_users))
     )
+    # The routes the users pre-pass attached are not attached again.
     units = translate_http_routes(
         resources,
         gateways,
@@ -135,18 +136,18 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
         settings.controller_name,
         request_timeout_ms=settings.request_timeout_ms,
         lost=conflicts.lost,
+        attached=attached,
     )
     for unit in units:
         place_unit(unit, table)
         if unit.status is not None:
             statuses[unit.key] = unit.status
     other = RouteTable()
-    statuses.update(
-        translate_grpc_routes(resources, gateways, resolver, settings.controller_name, other, conflicts)
-    )
-    statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, other))
-    statuses.update(translate_udp_routes(resources, gateways, resolver, settings.controller_name, other))
-    statuses.update(translate_tls_routes(resources, gateways, resolver, settings.controller_name, other))
+    name = settings.controller_name
+    statuses.update(translate_grpc_routes(resources, gateways, resolver, name, other, conflicts, attached))
+    statuses.update(translate_tcp_routes(resources, gateways, resolver, name, other, attached))
+    statuses.update(translate_udp_routes(resources, gateways, resolver, name, other))
+    statuses.update(translate_tls_routes(resources, gateways, resolver, name, other, attached))
     table.upstreams.update(other.upstreams)
     table.secrets.update(other.secrets)
     table.tcp.update(other.tcp)

@@ -64,7 +64,9 @@ from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate.attachment import (
+    NONE_ATTACHED,
     Attachment,
+    RouteParent,
     RouteTable,
     attach,
     count_attached,
@@ -204,8 +206,10 @@ def translate_grpc_routes(
     controller_name: str,
     table: RouteTable,
     conflicts: KindConflicts,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> dict[ObjectKey, dict[str, Any]]:
-    """Attach every GRPCRoute, fill ``table``, and return the routes' statuses.
+    """Attach every GRPCRoute (unless ``attached`` already: see
+    :func:`weir.translate.users.xbackend_users`), fill ``table``, and return the routes' statuses.
 
     As for HTTPRoutes: ``attachedRoutes`` counts the routes attached to each
     listener; only parentRefs to weir's Gateways (or to Gateways that do not
@@ -214,7 +218,9 @@ def translate_grpc_routes(
     by_key, existing = parent_index(resources, gateways)
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.grpc_routes:
-        parents = route_parents(resources, route, by_key, existing, GRPC_KIND, conflicts.of(route.key))
+        parents = attached.get(route.key)
+        if parents is None:
+            parents = route_parents(resources, route, by_key, existing, GRPC_KIND, conflicts.of(route.key))
         attachments = [a for parent in parents for a in parent.attachments]
         if not parents:
             stale = route_status(route, controller_name, [], resolver.interner)

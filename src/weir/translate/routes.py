@@ -24,7 +24,9 @@ from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate.attachment import (
+    NONE_ATTACHED,
     Attachment,
+    RouteParent,
     RouteTable,
     route_parent_entry,
     route_parents,
@@ -87,8 +89,10 @@ def translate_http_routes(
     *,
     request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
     lost: Mapping[ObjectKey, Mapping[int, str]] | None = None,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> list[RouteUnit]:
-    """The :class:`RouteUnit` of every HTTPRoute, in order (see :func:`http_route_unit`)."""
+    """The :class:`RouteUnit` of every HTTPRoute, in order (see :func:`http_route_unit`); ``attached``:
+    routes already attached (:func:`weir.translate.users.xbackend_users`), by key."""
     by_key, existing = parent_index(resources, gateways)
     return [
         http_route_unit(
@@ -100,6 +104,7 @@ def translate_http_routes(
             controller_name,
             request_timeout_ms=request_timeout_ms,
             lost=(lost or {}).get(route.key),
+            parents=attached.get(route.key),
         )
         for route in resources.http_routes
     ]
@@ -115,6 +120,7 @@ def http_route_unit(
     *,
     request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
     lost: Mapping[int, str] | None = None,
+    parents: list[RouteParent] | None = None,
 ) -> RouteUnit:
     """Attach ``route`` to the listeners of ``by_key`` (weir's Gateways), resolve its backends.
 
@@ -125,7 +131,8 @@ def http_route_unit(
     the listeners (``id`` of their context) the route lost to an older
     GRPCRoute, and why (see :func:`weir.translate.grpcroutes.kind_conflicts`).
     """
-    parents = route_parents(resources, route, by_key, existing, HTTP_KIND, lost)
+    if parents is None:  # not attached already
+        parents = route_parents(resources, route, by_key, existing, HTTP_KIND, lost)
     if not parents:
         return RouteUnit(route.key, route_status(route, controller_name, [], resolver.interner))
     attachments = [a for parent in parents for a in parent.attachments]

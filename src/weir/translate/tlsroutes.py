@@ -19,7 +19,7 @@ connections is closed and the route's ``ResolvedRefs`` says why. In mode
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
 from weir.translate.attachment import (
+    NONE_ATTACHED,
     RouteParent,
     RouteTable,
     count_attached,
@@ -67,8 +68,10 @@ def translate_tls_routes(
     resolver: BackendResolver,
     controller_name: str,
     table: RouteTable,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> dict[ObjectKey, dict[str, Any]]:
-    """Attach every TLSRoute, fill the listeners' ``relays``, and return the routes' statuses.
+    """Attach every TLSRoute (unless ``attached`` already: see :func:`weir.translate.users.xbackend_users`),
+    fill the listeners' ``relays``, and return the routes' statuses.
 
     Upstreams and secrets of the backends go to ``table``. As for the other
     route kinds, only parentRefs to weir's Gateways (or to Gateways that do
@@ -78,7 +81,9 @@ def translate_tls_routes(
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.tls_routes:
-        parents = route_parents(resources, route, by_key, existing, TLS_KIND)
+        parents = attached.get(route.key)
+        if parents is None:
+            parents = route_parents(resources, route, by_key, existing, TLS_KIND)
         if not parents:
             stale = route_status(route, controller_name, [], resolver.interner)
             if stale is not None:

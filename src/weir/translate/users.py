@@ -7,8 +7,8 @@ known by then. :func:`xbackend_users` finds them first: for every route of
 every kind that names an XBackend it would resolve (the same checks as
 :meth:`~weir.translate.backends.BackendResolver.resolve`, on the references
 each kind's ``resolved_refs`` lists), the Gateways the route attaches to (the
-same attachment as the kind's translation). Routes naming no XBackend are not
-attached here. The resolver records the users it meets too, for the
+same attachment as the kind's translation, whose result that translation then
+reuses). Routes naming no XBackend are not attached here. The resolver records the users it meets too, for the
 XBackends' statuses; ``tests/translate/test_users.py`` holds the two equal.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import grpcroutes, routes, tcproutes, tlsroutes
-from weir.translate.attachment import RouteKind, parent_index, route_parents
+from weir.translate.attachment import RouteKind, RouteParent, parent_index, route_parents
 from weir.translate.backends import used_xbackend
 from weir.translate.gateways import GatewayContext
 from weir.translate.grpcroutes import GRPC_KIND, KindConflicts
@@ -31,11 +31,13 @@ from weir.translate.tlsroutes import TLS_KIND
 
 def xbackend_users(
     resources: Resources, gateways: list[GatewayContext], conflicts: KindConflicts
-) -> dict[ObjectKey, set[ObjectKey]]:
-    """XBackend → the Gateways whose routes (of any kind) resolve it. UDPRoutes never do (an
-    XBackend takes no UDP)."""
+) -> tuple[dict[ObjectKey, set[ObjectKey]], dict[ObjectKey, list[RouteParent]]]:
+    """XBackend → the Gateways whose routes (of any kind) resolve it (UDPRoutes never do: an
+    XBackend takes no UDP); and the parents of the routes attached to find them, by route, for
+    each kind's translation to reuse rather than attach them again."""
     by_key, existing = parent_index(resources, gateways)
     users: dict[ObjectKey, set[ObjectKey]] = {}
+    attached: dict[ObjectKey, list[RouteParent]] = {}
 
     def add(route: Any, refs: Iterable[Any], kind: RouteKind, lost: Mapping[int, str] | None = None) -> None:
         used = {
@@ -45,7 +47,7 @@ def xbackend_users(
         }
         if not used:
             return
-        parents = route_parents(resources, route, by_key, existing, kind, lost)
+        parents = attached[route.key] = route_parents(resources, route, by_key, existing, kind, lost)
         if not parents:  # no parentRef is weir's: nothing is resolved
             return
         found = {a.listener.gateway.key for p in parents for a in p.attachments}
@@ -60,4 +62,4 @@ def xbackend_users(
         add(tcp, tcproutes.resolved_refs(tcp), RELAY_KIND)
     for tls in resources.tls_routes:
         add(tls, tlsroutes.resolved_refs(tls), TLS_KIND)
-    return users
+    return users, attached
