@@ -126,7 +126,9 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
     users, attached = xbackend_users(resources, gateways, conflicts)
     no_users: frozenset[ObjectKey] = frozenset()
     resolver = BackendResolver(
-        resources, settings, dataclasses.replace(policy, users=lambda key: users.get(key, no_users))
+        resources,
+        settings,
+        dataclasses.replace(policy, users=lambda key: users.get(key, no_users), complete=True),
     )
     # The routes the users pre-pass attached are not attached again.
     units = translate_http_routes(

@@ -311,7 +311,8 @@ class BackendResolver:
     def _decide(self, key: ObjectKey, verdict: XBackendVerdict, gateways: set[ObjectKey]) -> XBackendVerdict:
         """``verdict`` (usable, of an external hostname) with the egress decision for its users: the
         upstream with its guard and resolver, or a refusal (``Accepted=False``, no upstream)."""
-        users = frozenset(gateways)
+        # With complete users every route gets the same decision: one per XBackend.
+        users = frozenset() if self.egress.complete else frozenset(gateways)
         found = self._decisions.get((key, users))
         if found is None:
             assert verdict.upstream is not None and isinstance(verdict.upstream.destination, ir.DnsName)

@@ -294,6 +294,8 @@ class EgressPolicy:
     policies: Mapping[str, ClassPolicy]
     fallback: ClassPolicy
     users: UsersOf = field(default=lambda _key: frozenset())
+    #: ``users`` are all of them (a full pass): the Gateways of the resolving route add nothing.
+    complete: bool = False
 
     def decide(self, xbackend: ObjectKey, hostname: str, gateways: AbstractSet[ObjectKey]) -> Decision:
         """The decision for ``xbackend`` (external ``hostname``), used through ``gateways`` and by

@@ -242,6 +242,8 @@ def resolved_refs(route: GRPCRoute) -> Iterator[BackendRef]:
     for rule in route.spec.rules:
         http_rule = _as_http_rule(rule)
         yield from http_rule.backend_refs
+        if not any(f.request_mirror is not None for f in http_rule.filters):  # most rules: skip parsing
+            continue
         for mirror_ref, _, _ in filters.rule_filters(http_rule.filters).mirrors:
             yield BackendRef.model_validate(mirror_ref.model_dump())
 

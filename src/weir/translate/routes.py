@@ -165,6 +165,8 @@ def resolved_refs(route: HTTPRoute) -> Iterator[BackendRef]:
     """Every reference :func:`_resolve_rules` resolves: each rule's backendRefs, then its mirrors'."""
     for rule in route.spec.rules:
         yield from rule.backend_refs
+        if not any(f.request_mirror is not None for f in rule.filters):  # most rules: skip parsing
+            continue
         for mirror_ref, _, _ in filters.rule_filters(rule.filters).mirrors:
             yield BackendRef.model_validate(mirror_ref.model_dump())
 
