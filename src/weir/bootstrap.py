@@ -40,9 +40,9 @@ _CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 #: checked by ``tests/bootstrap/test_bootstrap.py`` against real Envoy stat names),
 #: and, for people and tests reading Envoy's admin ``/stats``: per cluster the
 #: request and connection totals, failures, timeouts and retries, the egress
-#: guard's refusals, RBAC counters and TLS handshakes and verification failures; per HTTP
-#: connection manager the responses by class; Envoy's own server,
-#: cluster-manager, listener-manager and control-plane stats (a few dozen).
+#: guard's refusals, RBAC counters and TLS handshakes and verification failures, SigV4
+#: signatures; per HTTP connection manager the responses by class and OAuth2 token fetches;
+#: Envoy's own server, cluster-manager, listener-manager and control-plane stats (a few dozen).
 STATS_KEPT: tuple[tuple[str, str], ...] = (
     *(("suffix", f".upstream_rq_{c}") for c in _CODE_CLASSES),
     *(
@@ -70,6 +70,27 @@ STATS_KEPT: tuple[tuple[str, str], ...] = (
     ("suffix", ".ssl.fail_verify_san"),
     ("suffix", ".ssl.fail_verify_no_cert"),
     ("suffix", ".ssl.fail_verify_cert_hash"),
+    # OAuth2 tokens (weir.xds.oauth2) and SigV4 signing (a cluster filter) of BackendCredentialPolicies.
+    *(
+        ("suffix", f".credential_injector.{s}")
+        for s in (
+            "failed",
+            "oauth2.token_requested",
+            "oauth2.token_fetched",
+            *(
+                f"oauth2.token_fetch_failed_on_{r}"
+                for r in (
+                    "bad_response_code",
+                    "bad_token",
+                    "client_secret",
+                    "cluster_not_found",
+                    "stream_reset",
+                )
+            ),
+        )
+    ),
+    ("suffix", ".aws_request_signing.signing_added"),
+    ("suffix", ".aws_request_signing.signing_failed"),
     # What a graceful stop waits for (weir.envoy.EnvoyProcess.drain).
     ("suffix", ".downstream_rq_active"),
     ("suffix", ".downstream_cx_active"),

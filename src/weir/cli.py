@@ -11,7 +11,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 import yaml
@@ -146,6 +146,13 @@ def _hostname_patterns(value: str | None) -> tuple[str, ...] | None:
     return items
 
 
+#: ``--gateway-services`` values, as the Service type each names.
+_SERVICE_TYPES: dict[str, Literal["ClusterIP", "LoadBalancer"]] = {
+    "ClusterIP": "ClusterIP",
+    "LoadBalancer": "LoadBalancer",
+}
+
+
 def _kube_options(
     *,
     kubeconfig: Path | None,
@@ -158,6 +165,7 @@ def _kube_options(
     controller_name: str,
     reprobe_interval: float,
     unready_without_election: bool = False,
+    gateway_services: str | None = None,
 ) -> tuple[Any, tuple[str, str] | None, tuple[str, ...]]:
     """``weir run --kubernetes``: the provider's options, the publish Service, the fixed addresses."""
     from weir.providers.kubernetes.leader import LeaseSettings
@@ -196,6 +204,17 @@ def _kube_options(
                 raise typer.BadParameter(
                     f"--gateway-address: {address!r} is neither an IP address nor a hostname"
                 ) from None
+    if gateway_services is not None:
+        if gateway_services not in _SERVICE_TYPES:
+            raise typer.BadParameter(
+                "--gateway-services must be ClusterIP or LoadBalancer (a Service type), "
+                f"got {gateway_services!r}"
+            )
+        if publish is None:
+            raise typer.BadParameter(
+                "--gateway-services needs --publish-service: the Service that selects weir's pods, whose "
+                "endpoints the Gateways' Services list"
+            )
     try:
         lease = LeaseSettings.scaled(lease_namespace or "", lease_name, default_identity(), lease_duration)
     except ValueError as exc:
@@ -208,6 +227,7 @@ def _kube_options(
         lease=lease,
         unready_without_election=unready_without_election,
         timing=WatchTiming(reprobe_s=reprobe_interval),
+        gateway_services=_SERVICE_TYPES.get(gateway_services or ""),
     )
     return options, publish, tuple(gateway_address)
 
@@ -358,6 +378,16 @@ def run(
             "instead of --publish-service. Repeatable.",
         ),
     ] = [],  # noqa: B006
+    gateway_services: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ClusterIP|LoadBalancer",
+            help="With --kubernetes and --publish-service: keep a Service of this type per Gateway, in the "
+            "Gateway's namespace, carrying spec.infrastructure labels and annotations; each Gateway's "
+            'status.addresses come from it (docs/kubernetes.md, "A Service per Gateway"). Needs the '
+            "extra RBAC of deploy/gateway-services/.",
+        ),
+    ] = None,
     unready_without_election: Annotated[
         bool,
         typer.Option(
@@ -400,6 +430,7 @@ def run(
                 ("--lease-namespace", lease_namespace),
                 ("--publish-service", publish_service),
                 ("--gateway-address", gateway_address),
+                ("--gateway-services", gateway_services),
                 ("--unready-without-election", unready_without_election),
             )
             if value
@@ -431,8 +462,14 @@ def run(
             controller_name=controller_name,
             reprobe_interval=kube_reprobe_interval,
             unready_without_election=unready_without_election,
+            gateway_services=gateway_services,
         )
-        settings = dataclasses.replace(settings, publish_service=publish, gateway_addresses=addresses)
+        settings = dataclasses.replace(
+            settings,
+            publish_service=publish,
+            gateway_addresses=addresses,
+            gateway_services=kube.gateway_services,
+        )
         provider = KubernetesProvider(kube)
     else:
         provider = FilesProvider([str(p) for p in file])

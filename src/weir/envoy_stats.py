@@ -37,6 +37,19 @@ counts, and from which stat:
                                             response on a Gateway socket (all the Gateway
                                             listeners served there; see
                                             ``weir_gateway_listener_info``)
+``weir_oauth2_token_fetches_total``         ``http.<ADDRESS_PORT>.credential_injector.oauth2.``
+                                            ``token_fetched``: OAuth2 tokens fetched for the
+                                            BackendCredentialPolicies of a socket's routes
+``weir_oauth2_token_fetch_failures_total``  ``...oauth2.token_fetch_failed_on_<reason>``: fetches
+                                            that gave no token, by reason (``bad_response_code``,
+                                            ``bad_token``, ``stream_reset``, ``client_secret``,
+                                            ``cluster_not_found``)
+``weir_credential_refusals_total``          ``http.<ADDRESS_PORT>.credential_injector.failed``:
+                                            requests answered 401 because the token (or
+                                            static credential's secret) was missing
+``weir_backend_sigv4_signed_total``         ``aws_request_signing.signing_added`` and
+                                            ``..signing_failed`` (``result``): requests signed
+                                            (SigV4) on their way to a backend, or that failed
 =========================================== ===================================================
 
 They are counters of the Envoy process: when weir restarts Envoy they start
@@ -97,13 +110,21 @@ _CLUSTER_STATS: Mapping[str, tuple[str, str | None]] = {
     "ssl.fail_verify_error": ("weir_backend_tls_verify_failures_total", "chain"),
     "ssl.fail_verify_san": ("weir_backend_tls_verify_failures_total", "san"),
     "ssl.fail_verify_no_cert": ("weir_backend_tls_verify_failures_total", "no_cert"),
+    "aws_request_signing.signing_added": ("weir_backend_sigv4_signed_total", "signed"),
+    "aws_request_signing.signing_failed": ("weir_backend_sigv4_signed_total", "failed"),
 }
+
+#: The credential injector's stats in a connection manager (``http.<socket>.credential_injector.<stat>``).
+_CREDENTIAL_PREFIX = ".credential_injector."
+_TOKEN_FAILED_PREFIX = "oauth2.token_fetch_failed_on_"
 
 #: Every Envoy stat :class:`Telemetry` reads (all counters): RE2 patterns matching whole stat names.
 ENVOY_STATS_USED: tuple[str, ...] = (
     r"cluster\.(?:xbackend|service)/.+\.(?:upstream_rq_[1-5]xx|upstream_cx_connect_fail"
-    r"|upstream_cx_none_healthy|ssl\.fail_verify_(?:error|san|no_cert))",
+    r"|upstream_cx_none_healthy|ssl\.fail_verify_(?:error|san|no_cert)"
+    r"|aws_request_signing\.signing_(?:added|failed))",
     r"http\..+\.downstream_rq_[1-5]xx",
+    r"http\..+\.credential_injector\.(?:failed|oauth2\.(?:token_fetched|token_fetch_failed_on_[a-z_]+))",
     EGRESS_REFUSED_STAT.replace(".", r"\."),
 )
 
@@ -141,6 +162,26 @@ _DATA_PLANE: Mapping[str, tuple[str, tuple[str, ...]]] = {
         "Responses Envoy sent on a Gateway socket (ADDRESS:PORT), by class; "
         "weir_gateway_listener_info says which Gateway listeners the socket serves.",
         ("socket", "code_class"),
+    ),
+    "weir_oauth2_token_fetches_total": (
+        "OAuth2 access tokens the gateway fetched (client-credentials grant) for the "
+        "BackendCredentialPolicies of the routes on a Gateway socket.",
+        ("socket",),
+    ),
+    "weir_oauth2_token_fetch_failures_total": (
+        "OAuth2 token fetches that gave no token, by reason (bad_response_code, bad_token, "
+        "stream_reset, client_secret, cluster_not_found); requests needing it are refused meanwhile.",
+        ("socket", "reason"),
+    ),
+    "weir_credential_refusals_total": (
+        "Requests on a Gateway socket answered 401 because the credential to add (an OAuth2 token) "
+        "was not available; none was sent without it.",
+        ("socket",),
+    ),
+    "weir_backend_sigv4_signed_total": (
+        "Requests signed with AWS Signature Version 4 on their way to a backend (result signed), or "
+        "whose signing failed (result failed).",
+        ("kind", "namespace", "name", "result"),
     ),
 }
 
@@ -254,6 +295,21 @@ class _StatsParser:
             return family, backend if extra is None else (*backend, extra)
         if name == EGRESS_REFUSED_STAT:
             return "weir_egress_refused_total", ()
+        if name.startswith("http.") and _CREDENTIAL_PREFIX in name:
+            head, _, stat = name.partition(_CREDENTIAL_PREFIX)
+            socket = self._names.sockets.get(head[len("http.") :])
+            if socket is None:
+                return None
+            if stat == "oauth2.token_fetched":
+                return "weir_oauth2_token_fetches_total", (socket,)
+            if stat.startswith(_TOKEN_FAILED_PREFIX):
+                return "weir_oauth2_token_fetch_failures_total", (
+                    socket,
+                    stat.removeprefix(_TOKEN_FAILED_PREFIX),
+                )
+            if stat == "failed":
+                return "weir_credential_refusals_total", (socket,)
+            return None
         if name.startswith("http."):
             head, _, stat = name.rpartition(".")
             socket = self._names.sockets.get(head[len("http.") :])

@@ -19,7 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["FEATURES", "OUTSIDE_PROFILES", "PROFILES", "SUPPORTED_FEATURES", "feature_table"]
+__all__ = [
+    "FEATURES",
+    "GATEWAY_SERVICES_FEATURES",
+    "OUTSIDE_PROFILES",
+    "PROFILES",
+    "SUPPORTED_FEATURES",
+    "feature_table",
+    "supported_features",
+]
 
 #: Feature name -> the conformance cases that show it.
 FEATURES: Mapping[str, tuple[str, ...]] = {
@@ -36,6 +44,9 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "GatewayPort8080": ("GatewayWithAttachedRoutesWithPort8080", "HTTPRouteRedirectPortAndScheme"),
     "GatewayStaticAddresses": ("GatewayStaticAddresses",),
     "GatewayAddressEmpty": ("GatewayOptionalAddressValue",),
+    # Shown on a real API server (tests/kube/test_envtest_gateway_infrastructure.py), only
+    # with --gateway-services: see GATEWAY_SERVICES_FEATURES.
+    "GatewayInfrastructurePropagation": ("GatewayInfrastructure",),
     "GatewayFrontendClientCertificateValidation": (
         "GatewayFrontendClientCertificateValidation",
         "GatewayInvalidFrontendClientCertificateValidation",
@@ -53,6 +64,13 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     "HTTPRouteNamedRouteRule": ("HTTPRouteNamedRule",),
     "GRPCRouteNamedRouteRule": ("GRPCRouteNamedRule",),
     "HTTPRouteParentRefPort": ("HTTPRouteListenerPortMatching",),
+    # GEP-957 "Destination Port Matching" is ParentReference.port: a route bound to the listeners
+    # of one port, and refused (NoMatchingParent) when no listener has that port. Upstream has no
+    # test naming the feature; these cases show both halves.
+    "HTTPRouteDestinationPortMatching": (
+        "HTTPRouteListenerPortMatching",
+        "HTTPRouteInvalidParentRefNotMatchingListenerPort",
+    ),
     "HTTPRoutePathRedirect": ("HTTPRouteRedirectPath",),
     "HTTPRouteRequestMirror": ("HTTPRouteRequestMirror",),
     "HTTPRouteRequestMultipleMirrors": ("HTTPRouteRequestMultipleMirrors",),
@@ -93,8 +111,22 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
     ),
 }
 
-#: The names, sorted as ``status.supportedFeatures`` lists them.
-SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted(FEATURES))
+#: Features weir implements only with ``weir run --kubernetes --gateway-services`` (the per-Gateway
+#: Service, :mod:`weir.translate.infrastructure`): without it there is nothing per Gateway for
+#: ``spec.infrastructure`` to reach, so GatewayClasses do not claim them.
+GATEWAY_SERVICES_FEATURES: frozenset[str] = frozenset({"GatewayInfrastructurePropagation"})
+
+
+def supported_features(*, gateway_services: bool = False) -> tuple[str, ...]:
+    """``status.supportedFeatures`` (sorted) of weir's GatewayClasses: :data:`FEATURES`, less
+    :data:`GATEWAY_SERVICES_FEATURES` unless the per-Gateway Service mode is on."""
+    return tuple(
+        sorted(name for name in FEATURES if gateway_services or name not in GATEWAY_SERVICES_FEATURES)
+    )
+
+
+#: The names claimed by default (no mode on), sorted as ``status.supportedFeatures`` lists them.
+SUPPORTED_FEATURES: tuple[str, ...] = supported_features()
 
 
 #: Gateway API's extended Gateway features, in every Gateway profile.
@@ -187,5 +219,8 @@ def feature_table() -> str:
             levels.append("core" if name in core else "extended" if name in extended else "")
         cases = ", ".join(FEATURES.get(name, ()))
         claimed = "yes" if name in FEATURES else "no"
+        if name in GATEWAY_SERVICES_FEATURES and name in FEATURES:
+            claimed = "with `--gateway-services`"
+            cases += " (tests/kube)"
         lines.append("| " + " | ".join([f"`{name}`", *levels, claimed, cases]) + " |")
     return "\n".join(lines) + "\n"

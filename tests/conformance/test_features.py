@@ -3,10 +3,12 @@ only when a case of this suite shows it: each listed case must exist and not be 
 
 from __future__ import annotations
 
+import ast
 import importlib
 from collections.abc import Iterator
+from pathlib import Path
 
-from weir.features import FEATURES, SUPPORTED_FEATURES
+from weir.features import FEATURES, GATEWAY_SERVICES_FEATURES, SUPPORTED_FEATURES, supported_features
 
 from .cases import Case
 
@@ -41,19 +43,38 @@ def shown_by_functions() -> set[str]:
     return names
 
 
+#: Cases that need a real API server (weir creates objects in the cluster), in tests/kube.
+KUBE_CASES = Path(__file__).resolve().parents[1] / "kube" / "test_envtest_gateway_infrastructure.py"
+
+
+def shown_on_a_real_api_server() -> set[str]:
+    """Upstream test names shown by a ``test_NAME`` function of :data:`KUBE_CASES` (read, not
+    imported: tests/kube's helpers import from its own folder)."""
+    tree = ast.parse(KUBE_CASES.read_text())
+    return {
+        node.name.removeprefix("test_")
+        for node in tree.body
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name.startswith("test_")
+    }
+
+
 def test_every_claimed_feature_is_shown_by_passing_cases() -> None:
     cases = {case.name: case for case in all_cases()}
     assert len(cases) > 50, "the suite's cases were not found"
     functions = shown_by_functions()
+    kube = shown_on_a_real_api_server()
+    assert "GatewayInfrastructure" in kube
     for feature, names in FEATURES.items():
         assert names, f"{feature}: no case shows it"
         for name in names:
-            if name in functions:
+            if name in functions or (feature in GATEWAY_SERVICES_FEATURES and name in kube):
                 continue
             assert name in cases, f"{feature}: no case {name} in tests/conformance"
             assert cases[name].pending is None, f"{feature}: case {name} is pending ({cases[name].pending})"
 
 
 def test_supported_features_are_sorted_and_named_as_upstream_names_them() -> None:
-    assert list(SUPPORTED_FEATURES) == sorted(FEATURES)
+    assert list(SUPPORTED_FEATURES) == sorted(set(FEATURES) - GATEWAY_SERVICES_FEATURES)
+    assert list(supported_features(gateway_services=True)) == sorted(FEATURES)
+    assert set(FEATURES) >= GATEWAY_SERVICES_FEATURES
     assert all(name[0].isupper() and name.isalnum() for name in SUPPORTED_FEATURES)

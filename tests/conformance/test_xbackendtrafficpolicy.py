@@ -68,34 +68,41 @@ BUDGET = """
 ---
 apiVersion: gateway.networking.x-k8s.io/v1alpha1
 kind: XBackendTrafficPolicy
-metadata: {name: no-retries-left, namespace: gateway-conformance-infra}
+metadata: {name: one-retry-at-a-time, namespace: gateway-conformance-infra}
 spec:
   targetRefs: [{group: "", kind: Service, name: infra-backend-v2}]
   retryConstraint:
     budget: {percent: 0}
-    minRetryRate: {count: 0, interval: 1s}
+    minRetryRate: {count: 1, interval: 1s}
 """
 
 
-async def _attempts(h: Conformance, marker: str) -> int:
-    """How many times the backend received the request ``/status/500?m=marker``."""
-    async with httpx.AsyncClient(timeout=5) as client:
-        response = await client.get(h.url(Request(path=f"/status/500?m={marker}")))
-    assert response.status_code == 500, response.text
+async def _attempts(h: Conformance, *markers: str) -> list[int]:
+    """How many times the backend received each of the requests ``/status/500?m=marker``, sent
+    at once and each answered after 300 ms (so that their retries would overlap), sorted."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        responses = await asyncio.gather(
+            *(client.get(h.url(Request(path=f"/status/500?m={m}&delay=300ms"))) for m in markers)
+        )
+    for response in responses:
+        assert response.status_code == 500, response.text
     await asyncio.sleep(0.2)
-    return sum(1 for r in h.requests_seen(V2) if r.path.endswith(f"m={marker}"))
+    seen = [r.path for r in h.requests_seen(V2)]
+    return sorted(sum(1 for path in seen if f"m={m}&" in path) for m in markers)
 
 
 async def test_XBackendTrafficPolicyRetryBudget(conformance: Conformance) -> None:
-    """Without a budget a failing request is tried 1 + 3 times; a budget of 0 % with no minimum
-    leaves no retry: the backend sees it once."""
+    """Without a budget each of three failing requests is tried 1 + 3 times. A budget of 0 % lets
+    only its minimum of retries run at once (``minRetryRate.count``, at least 1 in the CRD): of
+    three requests failing together, one is retried (one retry at a time, all three) and the
+    two others, finding the one slot taken, are not."""
     h = conformance
     await h.apply("case-traffic-retry", RETRY)
     try:
         h.check(RouteStatus("retried"))
-        assert await _attempts(h, "no-policy") == 4
+        assert await _attempts(h, "a0", "b0", "c0") == [4, 4, 4]
         await h.apply("case-traffic-retry", RETRY + BUDGET)
-        h.check(PolicyStatus("XBackendTrafficPolicy", "no-retries-left", {"Accepted": "True"}))
-        assert await _attempts(h, "with-budget") == 1
+        h.check(PolicyStatus("XBackendTrafficPolicy", "one-retry-at-a-time", {"Accepted": "True"}))
+        assert await _attempts(h, "a1", "b1", "c1") == [1, 1, 4]
     finally:
         await h.delete("case-traffic-retry")

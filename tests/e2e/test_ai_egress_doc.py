@@ -747,6 +747,9 @@ def test_doc_steps_are_the_walk_through() -> None:
         "script-output",
         "translate-message",
         "kubernetes",
+        # The credentials section's own, run by test_ai_credentials_doc.py.
+        "credentials-file",
+        "credentials-output",
     }
 
 

@@ -212,7 +212,8 @@ async def test_invalid_edit_is_reported_and_previous_routing_keeps_serving(weir:
 
         [problem], _ = await eventually(reported, timeout=3)
         assert problem["file"] == str(path)
-        assert problem["line"] == bad.splitlines().index("kind: HTTPRoute")  # document starts one line above
+        # The line of the offending field, not of its document.
+        assert problem["line"] == 1 + next(i for i, ln in enumerate(bad.splitlines()) if "weight: -5" in ln)
         assert problem["object"] == "HTTPRoute default/web"
         assert problem["field"] == "spec.rules[0].backendRefs[0].weight"
         assert "greater than or equal to 0" in str(problem["message"])

@@ -241,14 +241,25 @@ class Cluster:
     # ------------------------------------------------------------------ processes
 
     def start(self) -> None:
+        """Start etcd and the API server. A port taken between choosing it and binding it (another
+        program on the machine: ``address already in use``) is chosen again, twice at most."""
         (self.folder / "pki").mkdir(parents=True, exist_ok=True)
         self._write_credentials()
-        try:
-            self._start_etcd()
-            self._start_apiserver()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(3):
+            try:
+                self._start_etcd()
+                self._start_apiserver()
+                return
+            except RuntimeError as exc:
+                self.stop()
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+                shutil.rmtree(self.folder / "etcd", ignore_errors=True)
+                self.etcd_port, self.peer_port, self.port = free_port(), free_port(), free_port()
+                self.server = f"https://127.0.0.1:{self.port}"
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
         if self._admin is not None:

@@ -133,7 +133,11 @@ OTHER = "example.com/other-controller"
 async def running_weir(
     options: KubernetesOptions, dns: DnsStub | None = None
 ) -> AsyncIterator[tuple[Controller, KubernetesProvider]]:
-    settings = Settings(egress_denied_cidrs=(), dns_resolvers=(dns.address,) if dns else ())
+    settings = Settings(
+        egress_denied_cidrs=(),
+        dns_resolvers=(dns.address,) if dns else (),
+        gateway_services=options.gateway_services,  # one flag sets both, as in `weir run`
+    )
     provider = KubernetesProvider(options)
     controller = Controller(provider, settings, Options(admin_port=0))
     await controller.start()

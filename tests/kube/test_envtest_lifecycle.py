@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from envtest import WEIR_TOKEN, Cluster
+from envtest import WEIR_TOKEN, Cluster, assets
 from kube_harness import XB, eventually, service
 from kube_world import LEASE_NAMESPACE, crds_for_tests, install_crds, install_rbac
 
@@ -80,3 +81,21 @@ async def test_etcd_wiped_under_weir_is_noticed_and_listed_again(fresh_cluster: 
         new = ObjectKey("Service", "default", "new")
         await eventually(lambda: running.cache.live(new) is not None, timeout=30)
         await eventually(lambda: running.cache.live(old) is None, timeout=10)
+
+
+def test_a_port_taken_before_the_api_server_binds_it_is_chosen_again(tmp_path: Path) -> None:
+    """Another program on the machine takes the API server's port between choosing and binding
+    (parallel suites did: every test of a module failed with ``address already in use``)."""
+    binaries = assets()
+    assert binaries is not None
+    cluster = Cluster(tmp_path, binaries)
+    taken = cluster.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen(1)
+        cluster.start()
+        try:
+            assert cluster.port != taken
+            assert cluster.admin.request("GET", "/version")["major"] == "1"
+        finally:
+            cluster.stop()

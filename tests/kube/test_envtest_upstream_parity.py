@@ -18,8 +18,6 @@ A disagreement fails its case with both verdicts and both sets of messages.
 
 from __future__ import annotations
 
-import copy
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,19 +26,16 @@ from typing import Any
 
 import pytest
 import yaml
-from envtest import Api, ApiError, resource_path
+from envtest import Api
 from kube_world import start_cluster
-
-from weir.loader import load_text
+from parity import record, server_refuses, set_at, variants, weir_refuses
 
 UPSTREAM = Path(__file__).parent / "testdata" / "gateway-api-v1.6.1"
-
-Path_ = tuple[str | int, ...]
 
 
 def upstream_crds() -> list[dict[str, Any]]:
     found = []
-    for path in sorted(UPSTREAM.glob("*.yaml")):
+    for path in (UPSTREAM / name for name in ("gateways.yaml", "grpcroutes.yaml", "httproutes.yaml")):
         found.extend(
             d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "CustomResourceDefinition"
         )
@@ -63,28 +58,6 @@ def upstream() -> Iterator[Api]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def server_refuses(api: Api, obj: dict[str, Any]) -> list[str]:
-    """What the API server says against creating ``obj`` (dry run: nothing is stored)."""
-    meta = obj.get("metadata") or {}
-    where = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace", "default"))
-    try:
-        api.request("POST", where, params={"dryRun": "All"}, json=obj)
-    except ApiError as refused:
-        if refused.code not in (400, 422):
-            raise
-        causes = (refused.body.get("details") or {}).get("causes") or []
-        return [f"{c.get('field')}: {c.get('message')}" for c in causes] or [str(refused.body.get("message"))]
-    return []
-
-
-def weir_refuses(obj: dict[str, Any]) -> list[str]:
-    _, problems = load_text(yaml.safe_dump(obj, sort_keys=False), "case.yaml")
-    return [f"{p.field}: {p.message}" for p in problems if p.severity == "error"]
-
-
-# ------------------------------------------------------------------ generated variants
-
-
 def _spec_schema(kind: str) -> dict[str, Any]:
     for crd in upstream_crds():
         if crd["spec"]["names"]["kind"] == kind:
@@ -92,94 +65,12 @@ def _spec_schema(kind: str) -> dict[str, Any]:
     raise LookupError(kind)
 
 
-def _set(obj: Any, path: Path_, value: Any) -> Any:
-    changed = copy.deepcopy(obj)
-    target = changed
-    for step in path[:-1]:
-        target = target[step]
-    if value is _DELETE:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return changed
-
-
-_DELETE = object()
-
-#: Strings tried, in order, for a value off a field's pattern (Python's ``re`` reads these
-#: patterns as RE2 does).
-_OFF_PATTERN = ("UPPER_case", "a b", "-a-", "*", "a..b", "/", ":x", "a" * 64 + "." + "b", "[]", "")
-
-
-def _string_cases(s: dict[str, Any], value: str) -> Iterator[tuple[str, Any]]:
-    low, high = s.get("minLength", 0), s.get("maxLength")
-    pattern = s.get("pattern")
-    enum = s.get("enum")
-    if high is not None:
-        yield "maxLength", "a" * (high + 1)
-        if not enum:
-            yield (
-                "maxLength-boundary",
-                (value * (high // max(len(value), 1) + 1))[:high] if value else "a" * high,
-            )
-    if low > 0:
-        yield "minLength", ""
-    if pattern:
-        for candidate in _OFF_PATTERN:
-            if re.search(pattern, candidate) is None and low <= len(candidate) <= (high or 10**6):
-                yield "pattern", candidate
-                break
-    if enum:
-        yield "enum", "NotInTheEnum"
-    yield "type", 12
-
-
-def _integer_cases(s: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-    if "minimum" in s:
-        yield "minimum", s["minimum"] - 1
-        yield "minimum-boundary", s["minimum"]
-    if "maximum" in s:
-        yield "maximum", s["maximum"] + 1
-        yield "maximum-boundary", s["maximum"]
-    if "enum" in s:
-        yield "enum", 299
-    yield "type", "80"
-
-
-def variants(schema: dict[str, Any], value: Any, path: Path_) -> Iterator[tuple[str, Path_, Any]]:
-    """``(constraint, path, new value)`` for each constraint of ``schema`` that ``value`` reaches."""
-    kind = schema.get("type")
-    if kind == "string" and isinstance(value, str):
-        for name, new in _string_cases(schema, value):
-            yield name, path, new
-    elif kind == "integer" and isinstance(value, int):
-        for name, new in _integer_cases(schema):
-            yield name, path, new
-    elif kind == "array" and isinstance(value, list) and value:
-        list_type = schema.get("x-kubernetes-list-type")
-        if "maxItems" in schema:
-            yield "maxItems", path, value + [copy.deepcopy(value[-1])] * (schema["maxItems"] + 1 - len(value))
-        if schema.get("minItems"):
-            yield "minItems", path, []
-        if list_type in ("map", "set"):
-            yield f"list-{list_type}", path, [*value, copy.deepcopy(value[0])]
-        for i, item in enumerate(value):
-            yield from variants(schema.get("items", {}), item, (*path, i))
-    elif kind == "object" and isinstance(value, dict):
-        for key in schema.get("required", ()):
-            if key in value:
-                yield "required", (*path, key), _DELETE
-        for key, sub in schema.get("properties", {}).items():
-            if key in value:
-                yield from variants(sub, value[key], (*path, key))
-
-
 def generated(base: dict[str, Any]) -> list[Any]:
     schema = _spec_schema(base["kind"])
     cases = []
     for name, path, new in variants(schema, base["spec"], ("spec",)):
         where = ".".join(str(p) for p in path)
-        cases.append(pytest.param(_set(base, path, new), id=f"{base['kind']}:{where}:{name}"))
+        cases.append(pytest.param(set_at(base, path, new), id=f"{base['kind']}:{where}:{name}"))
     return cases
 
 
@@ -447,18 +338,13 @@ HTTPROUTE_CEL = [
 #: Where weir refuses on purpose what the v1.6.1 standard-channel API server accepts: the
 #: message weir gives, and why. Each is checked to stay exactly that (a difference that goes away
 #: or changes fails too).
-KNOWN_STRICTER: dict[str, tuple[str, str]] = {
-    "HTTPRoute:cel:rule-names-repeat": (
-        'spec.rules: Invalid value: "array": Rule name must be unique within the route',
-        "the experimental channel's rule (the standard CRD only documents it): a repeated name "
-        "would make a policy's or a status's sectionName ambiguous",
-    ),
-}
+KNOWN_STRICTER: dict[str, tuple[str, str]] = {}
 
 
 def check(api: Api, obj: dict[str, Any], case: str) -> None:
     server = server_refuses(api, obj)
     weir = weir_refuses(obj)
+    record(case, server, weir)
     if case in KNOWN_STRICTER:
         assert (server, weir) == ([], [KNOWN_STRICTER[case][0]])
         return

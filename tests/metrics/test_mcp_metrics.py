@@ -166,6 +166,7 @@ def test_empty_metrics_render() -> None:
         ("weir_mcp_tool_call_duration_seconds", "histogram", ()),
         ("weir_mcp_tool_lists_total", "counter", ()),
         ("weir_mcp_tools_filtered_total", "counter", ()),
+        ("weir_mcp_identity_denied_total", "counter", ()),
     ]
     assert {f.name for f in accesslog.collect()} == {f.name for f in families}
 

@@ -143,4 +143,4 @@ def test_long_patterns_match_as_the_rbac_rules_do() -> None:
     assert mcp_list.lua_patterns(long, widen=True) == ["b"] * 30 + ["^a", "c$"]
     assert mcp_list.lua_patterns("get_*", widen=False) == ["^get_.*$"]
     assert mcp_list.lua_patterns("a.b-c", widen=True) == ["^a%.b%-c$"]
-    assert mcp_list._policy_rules(ir.McpToolPolicy(allowed=(long,))) == "A;;"
+    assert mcp_list._policy_rules(ir.McpToolPolicy(allowed=(long,))) == "A;;;"

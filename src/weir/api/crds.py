@@ -23,9 +23,10 @@ Gateway API release.
 Where a model checks a value with a Python validator instead of a declared
 constraint (GatewayClassConfig's CIDRs, IP addresses and duration, which get
 messages in the API's words that way), :attr:`CustomResource.schema_constraints`
-states in the schema what a pattern and a length can: a necessary condition,
-never stricter than the documented format. The validator stays the last word,
-in the controller and in standalone validation alike.
+states the same check for the API server: a pattern and a length, and a CEL
+rule that refuses what the validator refuses (checked on a real API server by
+tests/kube/test_envtest_parity_weir_crds.py). The validator's message is the
+one ``weir validate`` and the controller give.
 """
 
 from __future__ import annotations
@@ -95,17 +96,42 @@ _IP = r"([0-9]{1,3}(\.[0-9]{1,3}){3}|([0-9a-fA-F]{0,4}:){2,8}([0-9a-fA-F]{0,4}|[
 #: The longest IP text: ``0000:0000:0000:0000:0000:ffff:255.255.255.255``.
 _IP_MAX = 45
 
-#: GatewayClassConfig: what its Python validators check (weir.api.weir_v1alpha1), as far as a
-#: schema can say it.
+#: GatewayClassConfig: what its Python validators check (weir.api.weir_v1alpha1), stated for the
+#: API server: a pattern and a length (a quick necessary condition, and what an older server
+#: without CEL's IP library checks) and a CEL rule with the validator's verdict, so that the
+#: cluster refuses exactly what ``weir validate`` refuses. The rules use Kubernetes' IP/CIDR CEL
+#: library (``isIP``, ``isCIDR``, ``cidr``: Kubernetes 1.31 and later, as Gateway API v1.6's own
+#: CRDs do with ``isIP``); the model keeps its Python validators for weir's messages.
 _GATEWAY_CLASS_CONFIG_CONSTRAINTS: dict[str, dict[str, Any]] = {
-    # A network in CIDR notation; a bare address is taken as /32 or /128. That the address
-    # has no bits set beyond the prefix is for the controller.
-    "spec.egress.deniedCIDRs[]": {"pattern": f"^{_IP}(/[0-9]{{1,3}})?$", "maxLength": _IP_MAX + 4},
-    "spec.dns.resolvers[].address": {"pattern": f"^{_IP}$", "maxLength": _IP_MAX},
-    # Gateway API's Duration (GEP-2257), as in its CRDs. The range, 1s to 60s, is checked by
-    # the controller only: CEL could state it (duration(self) <= duration('60s')), but a CEL
-    # rule's message would replace the validator's, which says what DNS does with the value.
-    "spec.dns.lookupTimeout": {"pattern": "^([0-9]{1,5}(h|m|s|ms)){1,4}$", "maxLength": 28},
+    # A network in CIDR notation with no bits set beyond the prefix; a bare address is taken as
+    # /32 or /128.
+    "spec.egress.deniedCIDRs[]": {
+        "pattern": f"^{_IP}(/[0-9]{{1,3}})?$",
+        "maxLength": _IP_MAX + 4,
+        "x-kubernetes-validations": [
+            {
+                "rule": "isIP(self) || (isCIDR(self) && cidr(self).masked() == cidr(self))",
+                "message": "must be a network in CIDR notation (like 10.0.0.0/8 or fc00::/7) "
+                "with no bits set after the prefix, or an IP address",
+            }
+        ],
+    },
+    "spec.dns.resolvers[].address": {
+        "pattern": f"^{_IP}$",
+        "maxLength": _IP_MAX,
+        "x-kubernetes-validations": [{"rule": "isIP(self)", "message": "must be an IP address"}],
+    },
+    # Gateway API's Duration (GEP-2257), as in its CRDs, from 1s to 60s.
+    "spec.dns.lookupTimeout": {
+        "pattern": "^([0-9]{1,5}(h|m|s|ms)){1,4}$",
+        "maxLength": 28,
+        "x-kubernetes-validations": [
+            {
+                "rule": "duration(self) >= duration('1s') && duration(self) <= duration('60s')",
+                "message": "must be from 1s to 60s (DNS counts whole seconds)",
+            }
+        ],
+    },
 }
 
 

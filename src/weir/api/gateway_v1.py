@@ -118,7 +118,7 @@ class GatewayTLSConfig(Model):
 
     mode: Literal["Terminate", "Passthrough"] = "Terminate"
     certificate_refs: tuple[SecretObjectReference, ...] = Field(default=(), max_length=64)
-    options: dict[str, str] = Field(default_factory=dict, max_length=16)
+    options: dict[str, AnnotationValue] = Field(default_factory=dict, max_length=16)
 
     @model_validator(mode="after")
     def _terminate_needs_certificates(self) -> GatewayTLSConfig:
@@ -250,8 +250,9 @@ class LocalParametersReference(Model):
 
 class GatewayInfrastructure(Model):
     """``spec.infrastructure``, validated as the API server does: labels and annotations for what
-    the implementation creates for the Gateway (weir creates nothing per Gateway: they have nowhere
-    to go), and parameters of its own (weir reads none: see :mod:`weir.translate.gateways` for the
+    the implementation creates for the Gateway (with ``--gateway-services``, the Gateway's Service:
+    :mod:`weir.translate.infrastructure`; by default weir creates nothing per Gateway), and
+    parameters of its own (weir reads none: see :mod:`weir.translate.gateways` for the
     ``InvalidParameters`` refusal)."""
 
     labels: Annotated[dict[str, LabelValue], Field(max_length=8), *_key_rules("label")] | None = None
@@ -792,6 +793,8 @@ class SessionPersistence(Model):
         permanent = self.cookie_config is not None and self.cookie_config.lifetime_type == "Permanent"
         if permanent and self.absolute_timeout is None:
             raise ValueError("AbsoluteTimeout must be specified when cookie lifetimeType is Permanent")
+        if self.cookie_config is not None and self.type != "Cookie":
+            raise ValueError("cookieConfig can only be set with type Cookie")
         return self
 
 
@@ -821,9 +824,9 @@ class HTTPRouteRule(Model):
 
 
 def _check_rules(rules: tuple[HTTPRouteRule, ...]) -> tuple[HTTPRouteRule, ...]:
-    names = [rule.name for rule in rules if rule.name is not None]
-    if len(names) != len(set(names)):
-        raise ValueError("Rule name must be unique within the route")
+    # Repeated rule names are taken, as the standard channel's CRD takes them (the experimental
+    # channel's refuses them, so such a cluster never holds one): weir names nothing after a
+    # rule, so a repeat is ambiguous nowhere (GRPCRoute likewise).
     if sum(len(rule.matches) for rule in rules) > 128:
         raise ValueError(
             "While 16 rules and 64 matches per rule are allowed, the total number of matches "

@@ -12,25 +12,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
 from weir.api.cel import CelChecked, CelRule
 from weir.api.gateway_v1 import GROUP
-from weir.api.meta import Group, Kind, KubeObject, Model, ObjectName, SectionName
+from weir.api.meta import AnnotationValue, Group, Kind, KubeObject, Model, ObjectName, SectionName
 from weir.api.xbackend_v1alpha1 import TLSValidation
 
 API_VERSION = f"{GROUP}/v1"
 
 _ATOMIC: dict[str, Any] = {"x-kubernetes-list-type": "atomic"}
-
-#: Gateway API ``AnnotationKey`` (a Kubernetes qualified name) and ``AnnotationValue``.
-AnnotationKey = Annotated[
-    str,
-    StringConstraints(
-        min_length=1, max_length=253, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]/?)*$"
-    ),
-]
-AnnotationValue = Annotated[str, StringConstraints(max_length=4096)]
 
 
 class PolicyTargetReference(Model):
@@ -65,7 +56,9 @@ class BackendTLSPolicySpec(Model):
     target_refs: TargetRefs
     validation: TLSValidation
     #: Implementation-specific settings; weir's keys are in :mod:`weir.translate.backendtls`.
-    options: dict[AnnotationKey, AnnotationValue] = Field(default_factory=dict, max_length=16)
+    #: Keys are Gateway API ``AnnotationKey``s, but the CRD cannot check a map's keys and the API
+    #: server takes any: so does weir (values are checked, at most 4096 characters).
+    options: dict[str, AnnotationValue] = Field(default_factory=dict, max_length=16)
 
 
 class BackendTLSPolicy(CelChecked, KubeObject):

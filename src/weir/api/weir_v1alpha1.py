@@ -39,6 +39,30 @@ _DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
 _UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
 
 
+def _denied_network(i: int, cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """Entry ``i`` of ``deniedCIDRs`` as a network, or ``ValueError`` saying what to write."""
+    wrong = f"[{i}] {cidr!r} is not a network in CIDR notation (like 10.0.0.0/8 or fc00::/7)"
+    # ipaddress also takes netmasks ("/255.0.0.0"), IPv6 zones ("%eth0") and a prefix length
+    # with a leading zero ("/08"); Envoy and the CRD (Kubernetes' isCIDR) take none of them.
+    _, slash, prefix = cidr.partition("/")
+    if "%" in cidr or (slash and not (prefix.isdigit() and (prefix == "0" or prefix[0] != "0"))):
+        raise ValueError(wrong)
+    try:
+        network = ipaddress.ip_network(cidr)
+    except ValueError:
+        hint = ""
+        with contextlib.suppress(ValueError):
+            hint = f"; did you mean {ipaddress.ip_network(cidr, strict=False)}?"
+        raise ValueError(wrong + hint) from None
+    mapped = getattr(network.network_address, "ipv4_mapped", None)
+    if mapped is not None:
+        raise ValueError(
+            f"[{i}] {cidr!r} is an IPv4-mapped IPv6 network, which Kubernetes refuses: write "
+            f"{mapped}/{max(network.prefixlen - 96, 0)}, which denies its IPv4-mapped form too"
+        )
+    return network
+
+
 def duration_ms(value: str) -> int:
     """Milliseconds in a Gateway API Duration (``ValueError`` if it is not one)."""
     if not _DURATION.match(value):
@@ -59,22 +83,7 @@ class EgressConfig(Model):
             return None
         out = []
         for i, cidr in enumerate(value):
-            # ipaddress also takes netmasks ("/255.0.0.0") and IPv6 zones ("%eth0"); Envoy and
-            # the CRD schema take CIDR notation only.
-            _, slash, prefix = cidr.partition("/")
-            if "%" in cidr or (slash and not prefix.isdigit()):
-                raise ValueError(
-                    f"[{i}] {cidr!r} is not a network in CIDR notation (like 10.0.0.0/8 or fc00::/7)"
-                )
-            try:
-                out.append(str(ipaddress.ip_network(cidr)))
-            except ValueError:
-                hint = ""
-                with contextlib.suppress(ValueError):
-                    hint = f"; did you mean {ipaddress.ip_network(cidr, strict=False)}?"
-                raise ValueError(
-                    f"[{i}] {cidr!r} is not a network in CIDR notation (like 10.0.0.0/8 or fc00::/7){hint}"
-                ) from None
+            out.append(str(_denied_network(i, cidr)))
         return tuple(out)
 
 
@@ -86,9 +95,14 @@ class DnsResolver(Model):
     @classmethod
     def _ip(cls, value: str) -> str:
         try:
-            return str(ipaddress.ip_address(value))
+            address = ipaddress.ip_address(value)
         except ValueError:
             raise ValueError(f"{value!r} is not an IP address") from None
+        mapped = getattr(address, "ipv4_mapped", None)
+        if mapped is not None:
+            # As Kubernetes' isIP, which the CRD's rule uses, does.
+            raise ValueError(f"{value!r} is an IPv4-mapped IPv6 address: write {mapped}")
+        return str(address)
 
 
 class DnsConfig(Model):

@@ -4,27 +4,22 @@ How traffic to a backend (a Service or an XBackend, whole: a target names no
 port) is handled: a retry budget (``retryConstraint``) and session
 persistence. Constraints follow the v1.6 experimental CRD: 1 to 16
 ``targetRefs`` unique by group, kind and name; ``budget.percent`` 0 to 100;
-``budget.interval`` and ``minRetryRate.interval`` between 1 s and 1 h.
+``budget.interval`` from 1 s to 1 h; ``minRetryRate.count`` 1 to 1,000,000 and
+its ``interval`` above 0 and at most 1 h (each rule with the CRD's message, at
+the field the CRD puts it on).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from weir.api.gateway_v1 import Duration, SessionPersistence, duration_ms
 from weir.api.meta import Group, Kind, KubeObject, Model, ObjectName
 from weir.api.xbackend_v1alpha1 import GROUP
 
 API_VERSION = f"{GROUP}/v1alpha1"
-
-_INTERVAL_MESSAGE = "interval can not be greater than one hour or less than one second"
-
-
-def _check_interval(value: str | None) -> None:
-    if value is not None and not 1_000 <= duration_ms(value) <= 3_600_000:
-        raise ValueError(_INTERVAL_MESSAGE)
 
 
 class LocalPolicyTargetReference(Model):
@@ -36,23 +31,27 @@ class LocalPolicyTargetReference(Model):
 
 
 class BudgetDetails(Model):
-    percent: int = Field(default=20, ge=0, le=100)
+    percent: int = Field(default=20, ge=0, le=100, strict=True)
     interval: Duration = "10s"
 
-    @model_validator(mode="after")
-    def _interval(self) -> BudgetDetails:
-        _check_interval(self.interval)
-        return self
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if not 1_000 <= duration_ms(value) <= 3_600_000:
+            raise ValueError("interval cannot be greater than one hour or less than one second")
+        return value
 
 
 class RequestRate(Model):
-    count: int | None = Field(default=None, ge=0, le=1_000_000)
+    count: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     interval: Duration | None = None
 
-    @model_validator(mode="after")
-    def _interval(self) -> RequestRate:
-        _check_interval(self.interval)
-        return self
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: str | None) -> str | None:
+        if value is not None and not 0 < duration_ms(value) <= 3_600_000:
+            raise ValueError("interval cannot be greater than one hour")
+        return value
 
 
 class RetryConstraint(Model):

@@ -133,6 +133,9 @@ from weir.ir.secrets import (
     TrustedCA as TrustedCA,
 )
 from weir.ir.upstreams import (
+    AwsSigV4 as AwsSigV4,
+)
+from weir.ir.upstreams import (
     CredentialInjection as CredentialInjection,
 )
 from weir.ir.upstreams import (
@@ -148,7 +151,19 @@ from weir.ir.upstreams import (
     Endpoint as Endpoint,
 )
 from weir.ir.upstreams import (
+    McpCaller as McpCaller,
+)
+from weir.ir.upstreams import (
+    McpJwtProvider as McpJwtProvider,
+)
+from weir.ir.upstreams import (
+    McpToolGrant as McpToolGrant,
+)
+from weir.ir.upstreams import (
     McpToolPolicy as McpToolPolicy,
+)
+from weir.ir.upstreams import (
+    OAuth2Credential as OAuth2Credential,
 )
 from weir.ir.upstreams import (
     RetryBudget as RetryBudget,
@@ -189,8 +204,9 @@ def to_data(value: Any, *, omit_defaults: bool = False) -> Any:
 
     Dataclasses become mappings with a ``type`` key naming their class where
     the field's type is a union, enums become their value, tuples lists.
-    Secret material (private keys) is replaced by a placeholder so that it
-    never reaches output meant for people. ``omit_defaults``: leave out every
+    Secret material (private keys, secret values, AWS secret keys and session
+    tokens) is replaced by a placeholder so that it never reaches output
+    meant for people, with or without ``omit_defaults``. ``omit_defaults``: leave out every
     field equal to its default (translate goldens: a new IR field, at its
     default, then changes none of them, and a diff shows what changed).
     """
@@ -203,6 +219,16 @@ def to_data(value: Any, *, omit_defaults: bool = False) -> Any:
         }
     if isinstance(value, GenericSecret):
         return {"type": "GenericSecret", "name": value.name, "value": "<redacted>"}
+    if isinstance(value, AwsSigV4):
+        data = {
+            camel(f.name): to_data(getattr(value, f.name), omit_defaults=omit_defaults)
+            for f in dataclasses.fields(value)
+            if not (omit_defaults and _is_default(f, getattr(value, f.name)))
+        }
+        data["secretAccessKey"] = "<redacted>"
+        if value.session_token is not None:
+            data["sessionToken"] = "<redacted>"
+        return data
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         if isinstance(

@@ -1,8 +1,9 @@
 """IR upstreams: where traffic goes (endpoints or an external hostname), how it is spoken to
-(protocol, TLS), and what guards it (egress guard, retry budget, credential, MCP tool policy)."""
+(protocol, TLS), and what guards it (egress guard, retry budget, credentials, MCP tool policy)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Literal
@@ -149,6 +150,8 @@ class Upstream:
     websocket: bool = False
     grpc: bool = False
     credential: CredentialInjection | None = None
+    oauth2: OAuth2Credential | None = None
+    aws_sigv4: AwsSigV4 | None = None
     mcp_tools: McpToolPolicy | None = None
     retry_budget: RetryBudget | None = None
 
@@ -182,6 +185,50 @@ class CredentialInjection:
 
 
 @dataclass(frozen=True, slots=True)
+class OAuth2Credential:
+    """An OAuth2 client-credentials token Envoy fetches and sends as ``Authorization: Bearer <token>``.
+
+    ``name`` identifies the credential (one per ``BackendCredentialPolicy``,
+    ``credential/NS/POLICY``). Envoy posts to ``token_url`` through the
+    upstream ``token_upstream`` (in :attr:`IR.upstreams`: the token
+    endpoint's XBackend, with its TLS and egress guard) with
+    ``client_id`` and the value of the :class:`GenericSecret`
+    ``client_secret`` (in the form body, or HTTP Basic with
+    ``basic_auth``), and the ``scopes``; it caches the token and fetches
+    the next before it expires. ``overwrite``: as for
+    :class:`CredentialInjection`.
+    """
+
+    name: str
+    token_upstream: str
+    token_url: str
+    client_id: str
+    client_secret: str
+    scopes: tuple[str, ...] = ()
+    basic_auth: bool = False
+    overwrite: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AwsSigV4:
+    """AWS Signature Version 4 on every request to an upstream (``BackendCredentialPolicy``).
+
+    The request is signed for ``region`` and ``service`` with the access key
+    ``access_key_id``, its ``secret_access_key`` and, for temporary
+    credentials, ``session_token``; the body's SHA-256 is signed with
+    ``signed_payload``, else ``UNSIGNED-PAYLOAD``. The secret fields are
+    redacted by :func:`to_data` and never appear in ``repr``.
+    """
+
+    region: str
+    service: str
+    access_key_id: str
+    secret_access_key: str = dataclasses.field(repr=False)
+    session_token: str | None = dataclasses.field(default=None, repr=False)
+    signed_payload: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class McpToolPolicy:
     """Which tools an MCP ``tools/call`` may name (``BackendMCPPolicy``).
 
@@ -193,6 +240,50 @@ class McpToolPolicy:
 
     allowed: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
+    #: The policy grants tools per caller: a tool must then be granted, by ``allowed`` (to every
+    #: caller, identified or not; empty: to none) or by one of ``grants`` whose caller matches.
+    per_caller: bool = False
+    grants: tuple[McpToolGrant, ...] = ()
+    #: How callers' bearer tokens are verified; ``None``: they are not.
+    jwt: McpJwtProvider | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class McpJwtProvider:
+    """A JWT issuer whose tokens the gateway verifies for a ``BackendMCPPolicy``.
+
+    ``name`` is unique per policy (``NAMESPACE/NAME``); ``jwks`` the JSON Web
+    Key Set (public keys, as JSON text). A request with a token that fails
+    verification is refused; one without a token is served as unidentified.
+    """
+
+    name: str
+    issuer: str
+    audiences: tuple[str, ...]
+    jwks: str
+    #: The claims the policy's rules match on (each read as a list, or as the words of a string).
+    claims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class McpCaller:
+    """A verified caller identity: a valid token of ``jwt`` (a :class:`McpJwtProvider` name) whose
+    ``sub`` is one of ``subjects`` (when any) and which has, for each ``(claim, values)`` of
+    ``claims``, one of the values (a list item, or a word of a space-separated string); or, with
+    ``jwt`` ``None``, a client certificate with one of ``subject_alt_names`` (URI or DNS SAN)."""
+
+    jwt: str | None = None
+    subjects: tuple[str, ...] = ()
+    claims: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    subject_alt_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolGrant:
+    """Tools (patterns, as :attr:`McpToolPolicy.allowed`) the callers ``caller`` matches may call."""
+
+    caller: McpCaller
+    allowed: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

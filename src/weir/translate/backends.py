@@ -29,7 +29,7 @@ from weir.translate import egress, tls
 from weir.translate import status as st
 from weir.translate.backendclientcert import gateway_client_certificate
 from weir.translate.backendtls import BackendTLSPolicies
-from weir.translate.credentials import CredentialPolicies
+from weir.translate.credentials import AppliedCredential, CredentialPolicies
 from weir.translate.grants import reference_permitted
 from weir.translate.mcppolicy import McpPolicies
 from weir.translate.settings import Settings
@@ -81,8 +81,13 @@ class Resolved:
     #: The egress policy refuses the XBackend (its own status says why). ``upstream`` is what it
     #: would be: the route is built as with a usable backend (timeouts, sessions, its status),
     #: but that backend's share fails (500, closed connections), a mirror to it is dropped, and
-    #: neither the upstream nor its secrets go into the IR.
+    #: neither the upstream nor its secrets go into the IR. So too when the egress policy refuses
+    #: the token endpoint of the backend's OAuth2 credential (whose status says why): no token can
+    #: be had, and requests are never sent without it.
     refused: bool = False
+    #: The upstream of the token endpoint of the backend's OAuth2 credential (its XBackend, with the
+    #: egress decision for the route's Gateways), to be served with it: no route names it.
+    token_upstream: ir.Upstream | None = None
 
 
 def no_usable_backend(index: int, unusable: list[str], any_usable: bool, outcome: str) -> RefFailure | None:
@@ -127,6 +132,8 @@ class BackendResolver:
         self._decided: dict[ObjectKey, XBackendVerdict] = {}
         #: XBackends the egress policy refused, with the secrets their own evaluation resolved.
         self.refused: dict[ObjectKey, tuple[ir.Secret, ...]] = {}
+        #: XBackends whose verdict is being made (an OAuth2 token endpoint must not need itself).
+        self._evaluating: set[ObjectKey] = set()
         self.tls_policies = BackendTLSPolicies(resources, settings)
         self.credential_policies = CredentialPolicies(resources)
         self.mcp_policies = McpPolicies(resources)
@@ -205,6 +212,9 @@ class BackendResolver:
         if route_kind not in RAW_ROUTE_KINDS:
             applied_credential = self.credential_policies.for_service_port(svc, port, gateways)
             traffic = self.traffic_policies.for_service(svc, gateways)
+        token = applied_credential.verdict.token_endpoint if applied_credential is not None else None
+        if token is not None:  # the token endpoint is used by the same Gateways (their egress guard)
+            self._xbackend_users[token].update(gateways)
         applied = self.tls_policies.for_port(svc, port, gateways)
         upstream_tls: ir.UpstreamTLS | None = None
         secrets: tuple[ir.Secret, ...] = ()
@@ -250,24 +260,78 @@ class BackendResolver:
             protocol, websocket = ir.UpstreamProtocol.HTTP1, True
         else:
             protocol = ir.UpstreamProtocol.AUTO if upstream_tls is not None else ir.UpstreamProtocol.HTTP1
-        credential: ir.CredentialInjection | None = None
-        if applied_credential is not None:
-            if applied_credential.injection is None or applied_credential.secret is None:
-                # The policy says why; never without the credential.
-                why = _policy_refused("BackendCredentialPolicy", namespace, ref.name)
-                return Resolved(None, unusable=why)
-            credential = applied_credential.injection
-            secrets = (*secrets, applied_credential.secret)
         upstream = ir.Upstream(
             name=name,
             destination=ir.StaticEndpoints(service_endpoints(self._resources, svc, port)),
             protocol=protocol,
             tls=upstream_tls,
             websocket=websocket,
-            credential=credential,
             retry_budget=traffic.retry_budget if traffic else None,
         )
-        return Resolved(upstream, secrets, streaming=websocket, session=traffic.session if traffic else None)
+        if applied_credential is not None:
+            with_credential = self._with_credential(upstream, applied_credential, gateways)
+            if with_credential is None:
+                # The policy (or the token endpoint's XBackend) says why; never without the credential.
+                why = _policy_refused("BackendCredentialPolicy", namespace, ref.name)
+                return Resolved(None, unusable=why)
+            upstream, more = with_credential
+            secrets = (*secrets, *more)
+        session = traffic.session if traffic else None
+        return self._with_token_endpoint(
+            Resolved(upstream, secrets, websocket, session=session), token, gateways
+        )
+
+    def _with_credential(
+        self, upstream: ir.Upstream, applied: AppliedCredential, gateways: set[ObjectKey]
+    ) -> tuple[ir.Upstream, tuple[ir.Secret, ...]] | None:
+        """``upstream`` with ``applied``'s credential and the secrets that go with it, or ``None``
+        when the credential cannot be used.
+
+        An OAuth2 credential also needs its token endpoint's XBackend: usable
+        (else ``None``), and used by ``gateways`` from now on, so that it is
+        served with their egress guard and shows them as its parents. Its
+        secrets (a CA) travel with the credentialed upstream's.
+        """
+        if not applied.usable:
+            return None
+        key = applied.verdict.token_endpoint
+        if key is None:
+            return applied.apply(upstream), applied.secrets
+        xb = self._resources.get(XBackend, key.namespace, key.name)
+        if xb is None or key in self._evaluating:  # a token endpoint that needs its own token
+            return None
+        self._evaluating.add(key)
+        try:
+            token = self.xbackend_verdict(xb)
+        finally:
+            self._evaluating.discard(key)
+        if token.upstream is None:
+            return None
+        self._xbackend_users[key].update(gateways)
+        return applied.apply(upstream, token.upstream), (*applied.secrets, *token.secrets)
+
+    def _with_token_endpoint(
+        self, resolved: Resolved, token: ObjectKey | None, gateways: set[ObjectKey]
+    ) -> Resolved:
+        """``resolved`` with the upstream of ``token``, the token endpoint of its OAuth2 credential,
+        decided for ``gateways`` as if their routes named it (its users include them: the users
+        pre-pass, :mod:`weir.translate.users`, counts them).
+
+        When the egress policy refuses the token endpoint no token can be had: ``resolved`` is
+        then refused too (its share fails, nothing of it goes into the IR; never sent without its
+        token), and the token endpoint's status says why.
+        """
+        upstream = resolved.upstream
+        if token is None or upstream is None or upstream.oauth2 is None or resolved.refused:
+            return resolved
+        verdict = self._xbackends.get(token)  # evaluated when the credential was applied
+        if verdict is None or verdict.upstream is None:
+            return resolved
+        if isinstance(verdict.upstream.destination, ir.DnsName):
+            verdict = self._decide(token, verdict, gateways)
+            if verdict.upstream is None:
+                return dataclasses.replace(resolved, refused=True)
+        return dataclasses.replace(resolved, token_upstream=verdict.upstream)
 
     def _gateway_client_certificates(self, gateways: set[ObjectKey]) -> list[ir.TlsCertificate]:
         """The distinct client certificates ``gateways`` present to TLS backends (their
@@ -290,7 +354,10 @@ class BackendResolver:
             return xb
         self._xbackend_users[xb.key].update(gateways)
         # The Gateways become ancestors of the policies; the verdict applies them (once per XBackend).
-        self.credential_policies.for_xbackend(xb, gateways)
+        credential = self.credential_policies.for_xbackend(xb, gateways)
+        token = credential.verdict.token_endpoint if credential is not None else None
+        if token is not None:  # the token endpoint is used by the same Gateways (their egress guard)
+            self._xbackend_users[token].update(gateways)
         self.mcp_policies.for_xbackend(xb, gateways)
         traffic = self.traffic_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
@@ -306,7 +373,10 @@ class BackendResolver:
             failed = next((c for c in verdict.conditions if not c[1]), None)
             detail = f"{failed[0]}=False, {failed[2]}: {failed[3]}" if failed else "see its status"
             why = f"XBackend {namespace}/{ref.name} is refused ({detail})"
-        return Resolved(verdict.upstream, verdict.secrets, streaming=streaming, unusable=why, session=session)
+        resolved = Resolved(
+            verdict.upstream, verdict.secrets, streaming=streaming, unusable=why, session=session
+        )
+        return self._with_token_endpoint(resolved, token, gateways)
 
     def _decide(self, key: ObjectKey, verdict: XBackendVerdict, gateways: set[ObjectKey]) -> XBackendVerdict:
         """``verdict`` (usable, of an external hostname) with the egress decision for its users: the
@@ -369,13 +439,21 @@ class BackendResolver:
         applied = self.credential_policies.for_xbackend(xb)
         if applied is None:
             return dataclasses.replace(verdict, upstream=upstream)
-        if applied.injection is None or applied.secret is None:
+        self._evaluating.add(xb.key)
+        try:
+            with_credential = self._with_credential(upstream, applied, set())
+        finally:
+            self._evaluating.discard(xb.key)
+        if with_credential is None:
             (kind, ok, reason, message), *rest = verdict.conditions
             policy = f"{applied.policy.KIND} {applied.policy.namespace}/{applied.policy.name}"
             message += f". Requests to it are refused (500) until {policy} can be used: see its status"
+            token = applied.verdict.token_endpoint
+            if applied.usable and token is not None:
+                message += f" and that of its token endpoint, XBackend {token.namespace}/{token.name}"
             return XBackendVerdict(None, (), ((kind, ok, reason, message), *rest))
-        upstream = dataclasses.replace(upstream, credential=applied.injection)
-        return XBackendVerdict(upstream, (*verdict.secrets, applied.secret), verdict.conditions)
+        upstream, secrets = with_credential
+        return XBackendVerdict(upstream, (*verdict.secrets, *secrets), verdict.conditions)
 
     def apply_egress_policy(self) -> dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]]:
         """Decide again, with the users registered now (:meth:`register_users`), every external
@@ -490,6 +568,31 @@ def reference_failure(
             f"allows {route_kind}s from {route_namespace} to refer to it",
         )
     return None
+
+
+def credential_token_endpoint(
+    resources: Resources, policies: CredentialPolicies, route_kind: str, route_namespace: str, ref: BackendRef
+) -> ObjectKey | None:
+    """The token endpoint (an XBackend) of the OAuth2 credential :meth:`BackendResolver.resolve`
+    would give the backend ``ref`` names (a Service port or an XBackend that a route of
+    ``route_kind`` can use), if any: the route's Gateways are users of that XBackend too."""
+    if route_kind in RAW_ROUTE_KINDS or route_kind == UDP_ROUTE:  # raw bytes carry no credential
+        return None
+    if reference_failure(resources, route_kind, route_namespace, ref) is not None:
+        return None
+    namespace = ref.namespace or route_namespace
+    applied: AppliedCredential | None = None
+    if ref.kind == "Service":
+        svc = resources.service(namespace, ref.name)
+        ports = svc.spec.ports if svc is not None else ()
+        port = next((p for p in ports if p.port == ref.port and p.protocol == "TCP"), None)
+        if svc is not None and port is not None:
+            applied = policies.for_service_port(svc, port, set())
+    else:
+        xb = usable_xbackend(resources, route_kind, namespace, ref)
+        if not isinstance(xb, RefFailure):
+            applied = policies.for_xbackend(xb)
+    return applied.verdict.token_endpoint if applied is not None else None
 
 
 def used_xbackend(

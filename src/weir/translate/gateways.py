@@ -12,12 +12,13 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from weir.api.core_v1 import Service
 from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, LabelSelector, Listener
 from weir.api.gateway_v1_listenerset import ListenerSet
 from weir.api.meta import KubeObject, ObjectKey
-from weir.features import SUPPORTED_FEATURES
+from weir.features import supported_features
 from weir.resources import Resources
-from weir.translate import frontendtls, tls
+from weir.translate import frontendtls, infrastructure, tls
 from weir.translate import status as st
 from weir.translate.backendclientcert import gateway_client_certificate
 from weir.translate.certificates import CertificateProblem, listener_certificates
@@ -51,7 +52,8 @@ def accepted_classes(
     Classes naming another controller are left alone: no status is written
     for them, exactly as another implementation would expect.
 
-    ``status.supportedFeatures`` lists :data:`weir.features.SUPPORTED_FEATURES`.
+    ``status.supportedFeatures`` lists :func:`weir.features.supported_features` (those of the
+    modes ``settings`` turns on included).
     ``SupportedVersion`` is always True. The Gateway API defines it from the
     ``gateway.networking.k8s.io/bundle-version`` annotation of the installed
     CRDs, and in standalone mode there are none; in a cluster, whatever
@@ -89,7 +91,10 @@ def accepted_classes(
         )
         statuses[gc.key] = {
             "conditions": st.conditions_data([accepted, supported]),
-            "supportedFeatures": [{"name": name} for name in SUPPORTED_FEATURES],
+            "supportedFeatures": [
+                {"name": name}
+                for name in supported_features(gateway_services=settings.gateway_services is not None)
+            ],
         }
     return names, statuses
 
@@ -242,7 +247,9 @@ def _gateway_context(resources: Resources, gw: Gateway, settings: Settings) -> G
         message = "spec.tls.backend.clientCertificateRef resolved; it is presented to TLS backends"
         ctx.resolved_refs = st.condition(st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, message, gen)
     if not addresses:
-        ctx.published = published_addresses(resources, settings)
+        ctx.published = published_addresses(resources, settings, gw)
+        if settings.gateway_services is not None:
+            ctx.address_problem = infrastructure.foreign_service(resources, gw)
     for spec in gw.spec.listeners:
         ctx.listeners.append(_listener_context(resources, gw, spec, ctx.addresses))
     return ctx
@@ -268,21 +275,31 @@ def _refused_parameters(gw: Gateway) -> str | None:
     )
 
 
-def published_addresses(resources: Resources, settings: Settings) -> tuple[tuple[str, str], ...] | None:
-    """``(type, value)`` of where clients reach Gateways without ``spec.addresses``, or ``None`` for
-    the address listeners bind to.
+def published_addresses(
+    resources: Resources, settings: Settings, gw: Gateway | None = None
+) -> tuple[tuple[str, str], ...] | None:
+    """``(type, value)`` of where clients reach Gateway ``gw`` (without ``spec.addresses``), or
+    ``None`` for the address listeners bind to.
 
-    ``settings.gateway_addresses`` win; else the ``settings.publish_service``
-    Service's ``status.loadBalancer.ingress`` (``ip`` → ``IPAddress``,
+    ``settings.gateway_addresses`` win; else, with ``settings.gateway_services``
+    (the per-Gateway Service mode, :mod:`weir.translate.infrastructure`), the
+    Gateway's own Service; else the ``settings.publish_service`` Service. A
+    Service gives its ``status.loadBalancer.ingress`` (``ip`` → ``IPAddress``,
     ``hostname`` → ``Hostname``), else its cluster IP (a Service without
     either, or missing, publishes nothing yet: a load balancer may still be
-    provisioning).
+    provisioning, the Service not created yet).
     """
     if settings.gateway_addresses:
         return tuple((_address_type(a), a) for a in settings.gateway_addresses)
+    if settings.gateway_services is not None and gw is not None:
+        return service_addresses(infrastructure.own_service(resources, gw))
     if settings.publish_service is None:
         return None
-    svc = resources.service(*settings.publish_service)
+    return service_addresses(resources.service(*settings.publish_service))
+
+
+def service_addresses(svc: Service | None) -> tuple[tuple[str, str], ...]:
+    """``(type, value)`` where a Service is reached: its load-balancer ingress, else its cluster IP."""
     if svc is None:
         return ()
     found: list[tuple[str, str]] = []
@@ -317,7 +334,10 @@ def _gateway_accepted(ctx: GatewayContext) -> None:
     own = ctx.own_listeners
     valid = [lc for lc in own if lc.valid]
     if all(lc.served for lc in own):
-        ctx.conditions.append(st.condition(st.ACCEPTED, True, st.R_ACCEPTED, "Gateway is valid", gen))
+        message = "Gateway is valid"
+        if ctx.address_problem is not None:
+            message += f", but it has no address: {ctx.address_problem}"
+        ctx.conditions.append(st.condition(st.ACCEPTED, True, st.R_ACCEPTED, message, gen))
     else:
         # Not accepted, or accepted but unusable (certificates): either way not configured.
         bad = ", ".join(lc.name for lc in own if not lc.served)

@@ -354,6 +354,8 @@ def _resolve_rules(
             unusable.append(result.unusable)
             return None
         table.upstreams[result.upstream.name] = result.upstream
+        if result.token_upstream is not None:  # served with it, though no route names it
+            table.upstreams[result.token_upstream.name] = result.token_upstream
         sessions[result.upstream.name] = result.session
         return result.upstream.name
 

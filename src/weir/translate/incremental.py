@@ -69,7 +69,15 @@ from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import SELECTOR_LABEL, XBackend
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
-from weir.translate import Pass, Settings, Surroundings, Translation, full_pass, patched_listener
+from weir.translate import (
+    Pass,
+    Settings,
+    Surroundings,
+    Translation,
+    full_pass,
+    infrastructure,
+    patched_listener,
+)
 from weir.translate.backends import BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
@@ -140,8 +148,11 @@ class _State:
 class Translator:
     """:func:`weir.translate.translate` for successive snapshots of one source (see the module doc)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, patch_always: int | None = None) -> None:
+        """``patch_always``: a patch recomputing at most this many routes is always made (default
+        :data:`PATCH_ALWAYS`; tests of the share rule at small sizes set 0)."""
         self.settings = settings
+        self.patch_always = PATCH_ALWAYS if patch_always is None else patch_always
         self._state: _State | None = None
         #: how many translations were full (and why), patched, or found nothing changed
         self.counts: Counter[str] = Counter()
@@ -160,7 +171,7 @@ class Translator:
                 self._count("unchanged")
                 return state.translation
             why = "unserved kinds" if resources.unserved != state.resources.unserved else None
-            why = why or _patch(state, resources, changed, self.settings)
+            why = why or _patch(state, resources, changed, self.settings, self.patch_always)
             if why is None:
                 self._state = state
                 self._count("patched")
@@ -179,6 +190,10 @@ class Translator:
 #: and new state side by side and does per-route bookkeeping a full pass does not (a CA that every
 #: XBackend trusts, at 10,000 routes).
 _PATCH_AT_MOST = 0.5
+
+#: ... unless it recomputes at most this many: a patch that small is cheap whatever the share, and a
+#: small configuration (one route edited of two) keeps taking the same path as a large one.
+PATCH_ALWAYS = 64
 
 #: Beyond this many replaced objects, equal ones are not looked for (the pass will be full anyway).
 _COMPARE_AT_MOST = 256
@@ -247,6 +262,9 @@ def _index(resources: Resources, passed: Pass, settings: Settings) -> _State:
         pinned.update(ObjectKey(t.kind, t.namespace, t.name) for t in policy_targets)
     if settings.publish_service is not None:
         pinned.add(ObjectKey("Service", *settings.publish_service))
+    if settings.gateway_services is not None:  # each Gateway's own Service gives its addresses
+        own = infrastructure.service_name
+        pinned.update(ObjectKey("Service", gw.namespace, own(gw.name)) for gw in resources.gateways)
     translation = passed.translation
     by_key, existing = parent_index(resources, passed.surroundings.gateways)
     config_readers: dict[str, set[ObjectKey]] = {}
@@ -337,17 +355,22 @@ def _changed_backends(state: _State, resources: Resources, changed: Iterable[Obj
     return out
 
 
-def _patch(state: _State, resources: Resources, changed: set[ObjectKey], settings: Settings) -> str | None:
+def _patch(
+    state: _State, resources: Resources, changed: set[ObjectKey], settings: Settings, patch_always: int
+) -> str | None:
     """Bring ``state`` to ``resources``; else (``state`` untouched) why only a full pass can."""
     if any(key.kind not in PATCHED_KINDS and key.kind not in CONFIG_KINDS for key in changed):
         return "other kinds changed"
     if any(key.kind in CONFIG_KINDS and key.name in state.config_pinned for key in changed):
         return "a Secret or ConfigMap that other kinds name"
+    if any(policy.spec.oauth2 is not None for policy in resources.backend_credential_policies):
+        # A token endpoint is an upstream no route names: a full pass places it.
+        return "an OAuth2 BackendCredentialPolicy"
     backends = _changed_backends(state, resources, changed)
     todo = {key for key in changed if key.kind == "HTTPRoute"}
     for backend in backends:
         todo.update(state.readers.get(backend, ()))
-    if len(todo) > _PATCH_AT_MOST * max(len(state.units), 1):
+    if len(todo) > max(_PATCH_AT_MOST * len(state.units), patch_always):
         return "most routes to recompute"
 
     # Compute everything first, mutate nothing until the patch is known to apply. An XBackend's

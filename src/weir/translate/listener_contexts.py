@@ -171,6 +171,8 @@ class GatewayContext:
     listener_sets: list[ListenerSetContext] = field(default_factory=list)
     #: The Gateway's own ``ResolvedRefs``, when it has references of its own (``spec.tls.backend``).
     resolved_refs: st.Condition | None = None
+    #: Why the Gateway has no Service of its own (``--gateway-services``: a foreign Service has its name).
+    address_problem: str | None = None
 
     @property
     def own_listeners(self) -> list[ListenerContext]:

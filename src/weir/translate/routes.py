@@ -23,6 +23,7 @@ from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
 from weir.resources import Resources
 from weir.translate import filters
+from weir.translate import status as st
 from weir.translate.attachment import (
     NONE_ATTACHED,
     Attachment,
@@ -265,6 +266,8 @@ def _resolve_rules(
             unusable.append(result.unusable)
             return None, False
         table.upstreams[result.upstream.name] = result.upstream
+        if result.token_upstream is not None:  # served with it, though no route names it
+            table.upstreams[result.token_upstream.name] = result.token_upstream
         sessions[result.upstream.name] = result.session
         return result.upstream.name, result.streaming
 
@@ -291,7 +294,9 @@ def _resolve_rules(
                 name is not None and numerator > 0 and name not in refused
             ):  # a mirror's failure is not the client's
                 mirrors.append(ir.Mirror(name, numerator, denominator))
-        if found.redirect is not None:
+        mixed = _mixed_oauth2(index, [name for name, _, _ in weights] + [m.upstream for m in mirrors], table)
+        failure = failure or mixed
+        if found.redirect is not None or mixed is not None:
             # Any backendRefs are refused by validation; the listener decides the port.
             action: ir.RouteAction = ir.DirectResponse(500)
         else:
@@ -308,6 +313,29 @@ def _resolve_rules(
     named, resolved = frozenset(reads), frozenset(uses)
     # Usually the same backends (all resolved): one set, not two, for each of 10,000 routes.
     return _ResolvedRules(tuple(rules), failure, named, named if resolved == named else resolved)
+
+
+def _mixed_oauth2(index: int, names: list[str | None], table: RouteTable) -> RefFailure | None:
+    """The failure of rule ``index`` when its backends (and mirrors) do not all share one OAuth2
+    credential, or ``None``.
+
+    Envoy fetches and adds an OAuth2 token in the connection manager, before
+    the split chooses a backend (its token injector crashes Envoy 1.40 as a
+    cluster filter), so one token goes to every backend of the rule and to
+    its mirrors: a backend without that policy would receive another's
+    token. Such a rule is answered 500 instead.
+    """
+    found = {table.upstreams[n].oauth2 for n in names if n is not None and n in table.upstreams}
+    if len(found) < 2:
+        return None
+    return RefFailure(
+        st.R_BACKEND_NOT_FOUND,
+        f"spec.rules[{index}] sends to backends (or mirrors) with different OAuth2 "
+        "BackendCredentialPolicies, "
+        "or with and without one: the gateway adds one token per request before choosing the backend, and "
+        "would give one backend's token to another; its requests get 500. Give each such backend a rule of "
+        "its own",
+    )
 
 
 def backend_key(ref: BackendRef, route_namespace: str) -> ObjectKey | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import Literal
 
 from weir import DEFAULT_CONTROLLER_NAME
 from weir.addresses import DEFAULT_DENIED_CIDRS
@@ -43,7 +44,11 @@ class Settings:
     is ``IPAddress``, anything else ``Hostname``); else, with
     ``publish_service`` (``(namespace, name)``, in a cluster the Service in
     front of weir's pods), that Service's load-balancer ingress, else its
-    cluster IP; else the address listeners bind to.
+    cluster IP; else the address listeners bind to. ``gateway_services``
+    (``ClusterIP`` or ``LoadBalancer``; ``None``, the default: off) is the
+    per-Gateway Service mode (:mod:`weir.translate.infrastructure`): each
+    Gateway's addresses come from its own Service instead of
+    ``publish_service``, and GatewayClasses claim ``GatewayInfrastructurePropagation``.
     """
 
     controller_name: str = DEFAULT_CONTROLLER_NAME
@@ -55,6 +60,7 @@ class Settings:
     egress_allowed_hostnames: tuple[str, ...] | None = None
     publish_service: tuple[str, str] | None = None
     gateway_addresses: tuple[str, ...] = ()
+    gateway_services: Literal["ClusterIP", "LoadBalancer"] | None = None
 
     def __post_init__(self) -> None:
         for cidr in self.egress_denied_cidrs or ():

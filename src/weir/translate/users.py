@@ -8,7 +8,10 @@ every kind that names an XBackend it would resolve (the same checks as
 :meth:`~weir.translate.backends.BackendResolver.resolve`, on the references
 each kind's ``resolved_refs`` lists), the Gateways the route attaches to (the
 same attachment as the kind's translation, whose result that translation then
-reuses). Routes naming no XBackend are not attached here. The resolver records the users it meets too, for the
+reuses). The token endpoint of an OAuth2 credential is an XBackend no route
+names: the Gateways of the routes whose backends (XBackends or Services) have
+that credential are its users. Routes naming no XBackend (nor such a
+backend) are not attached here. The resolver records the users it meets too, for the
 XBackends' statuses; ``tests/translate/test_users.py`` holds the two equal.
 """
 
@@ -21,7 +24,8 @@ from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import grpcroutes, routes, tcproutes, tlsroutes
 from weir.translate.attachment import RouteKind, RouteParent, parent_index, route_parents
-from weir.translate.backends import used_xbackend
+from weir.translate.backends import credential_token_endpoint, used_xbackend
+from weir.translate.credentials import CredentialPolicies
 from weir.translate.gateways import GatewayContext
 from weir.translate.grpcroutes import GRPC_KIND, KindConflicts
 from weir.translate.routes import HTTP_KIND
@@ -37,14 +41,30 @@ def xbackend_users(
     each kind's translation to reuse rather than attach them again."""
     by_key, existing = parent_index(resources, gateways)
     users: dict[ObjectKey, set[ObjectKey]] = {}
+    # The token endpoint of an OAuth2 credential is used by the Gateways of the routes using the
+    # backends with that credential (Services too). Looked for only when such a policy exists.
+    oauth2 = any(p.spec.oauth2 is not None for p in resources.backend_credential_policies)
+    credentials = CredentialPolicies(resources)
     attached: dict[ObjectKey, list[RouteParent]] = {}
 
     def add(route: Any, refs: Iterable[Any], kind: RouteKind, lost: Mapping[int, str] | None = None) -> None:
+        refs = list(refs)
         used = {
             xb.key
             for ref in refs
             if (xb := used_xbackend(resources, route.KIND, route.namespace, ref)) is not None
         }
+        if oauth2:
+            used |= {
+                token
+                for ref in refs
+                if (
+                    token := credential_token_endpoint(
+                        resources, credentials, route.KIND, route.namespace, ref
+                    )
+                )
+                is not None
+            }
         if not used:
             return
         parents = attached[route.key] = route_parents(resources, route, by_key, existing, kind, lost)

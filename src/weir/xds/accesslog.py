@@ -26,6 +26,12 @@ into Prometheus families for ``/metrics``:
   ``passed``;
 - ``weir_mcp_tools_filtered_total``: tools removed from those answers, per
   tool.
+- ``weir_mcp_identity_denied_total`` (labels ``namespace``, ``xbackend``,
+  ``reason``): requests refused because of who sent them, under a per-caller
+  policy: ``not_granted`` (a ``tools/call`` for a tool no rule grants to the
+  caller's verified identity, also in ``weir_mcp_tool_denied_total``) and
+  ``invalid_token`` (a bearer token that failed verification, 401: any MCP
+  request; for a ``tools/call``, also counted as a denied call).
 
 Labels: ``namespace`` and ``xbackend`` (the XBackend), ``tool``. Tool names
 come from clients, so they are bounded: at most :data:`MAX_TOOLS_PER_BACKEND`
@@ -51,7 +57,14 @@ import grpc
 from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 
 from weir.metrics import Counter, Histogram, MetricFamily
-from weir.xds.mcp import ACCESS_LOG_NAME, MCP_METADATA, RBAC_METADATA, UPSTREAM_TAG
+from weir.xds.mcp import (
+    ACCESS_LOG_NAME,
+    JWT_DENIED_DETAILS,
+    MCP_METADATA,
+    POLICY_NOT_GRANTED,
+    RBAC_METADATA,
+    UPSTREAM_TAG,
+)
 from weir.xds.mcp_list import LIST_METADATA
 
 __all__ = [
@@ -147,6 +160,13 @@ class McpToolMetrics:
             "Tools the gateway removed from tools/list answers because the BackendMCPPolicy refuses them.",
             _LABELS,
         )
+        self.identity_denied = Counter(
+            "weir_mcp_identity_denied_total",
+            "MCP requests refused because of the caller's identity under a per-caller BackendMCPPolicy: "
+            "not_granted (a tools/call for a tool not granted to the caller) or invalid_token (a bearer "
+            "token that failed verification, answered 401).",
+            ("namespace", "xbackend", "reason"),
+        )
         self.duration = Histogram(
             "weir_mcp_tool_call_duration_seconds",
             "Forwarded MCP tools/call requests: time from the first request byte to the last response byte.",
@@ -164,6 +184,20 @@ class McpToolMetrics:
         # The entry's own upstream_cluster is empty when no host was chosen (a refusal, no healthy host).
         backend = _xbackend(common.custom_tags.get(UPSTREAM_TAG) or common.upstream_cluster)
         method = _string(mcp.get("method")) if mcp is not None else None
+        unverified = entry.response.response_code_details.startswith(JWT_DENIED_DETAILS)
+        if backend is not None:
+            not_granted = (
+                rbac is not None
+                and refused
+                and _string(rbac.get("enforced_effective_policy_id")) == POLICY_NOT_GRANTED
+            )
+            if unverified or not_granted:
+                with self._lock:
+                    self.identity_denied.inc(*backend, "invalid_token" if unverified else "not_granted")
+            if unverified:
+                if method != "tools/call":
+                    return
+                refused = True
         if backend is not None and method == "tools/list" and LIST_METADATA in metadata and not refused:
             self._record_list(backend, metadata[LIST_METADATA].fields)
             return
@@ -202,6 +236,7 @@ class McpToolMetrics:
                 self.duration.collect(),
                 self.lists.collect(),
                 self.filtered.collect(),
+                self.identity_denied.collect(),
             ]
 
     def _tool_label(self, backend: tuple[str, str], tool: str) -> str:

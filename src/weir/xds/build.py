@@ -36,6 +36,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from weir import ir
+from weir.xds import oauth2
 from weir.xds.clusters import (
     EXTERNAL_HEADER_PREFIXES_TO_REMOVE,
     EXTERNAL_HEADERS_TO_REMOVE,
@@ -58,7 +59,7 @@ from weir.xds.listeners import (
     tls_listener,
     udp_listener,
 )
-from weir.xds.mcp import uses_tool_policies
+from weir.xds.mcp import McpUse, uses_tool_policies
 from weir.xds.routes import (
     RETRY_ON,
     fraction,
@@ -182,14 +183,22 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
 
 #: A route configuration made from a listener's (or an HTTPS server's) routes: (the resource,
 #: whether a route sends requests to an upstream with an MCP tool policy).
-RouteConfig = Callable[[ir.Listener, Mapping[str, ir.Upstream]], tuple[Any, bool]]
+RouteConfig = Callable[[ir.Listener, Mapping[str, ir.Upstream]], tuple[Any, McpUse | None]]
 
 
 #: Makes a TLS socket's listener: :func:`weir.xds.listeners.tls_listener`'s signature.
-TlsListenerMaker = Callable[[ir.TlsListener, Mapping[str, list[ir.Upstream | None]], set[str]], Any]
+TlsListenerMaker = Callable[
+    [
+        ir.TlsListener,
+        Mapping[str, list[ir.Upstream | None]],
+        dict[str, McpUse],
+        Mapping[str, tuple[ir.OAuth2Credential, ...]],
+    ],
+    Any,
+]
 
 
-def route_config(routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> tuple[Any, bool]:
+def route_config(routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]) -> tuple[Any, McpUse | None]:
     """The :data:`RouteConfig` of :func:`build`: the message, built afresh."""
     return route_configuration(routes, upstreams), uses_tool_policies(routes.virtual_hosts, upstreams)
 
@@ -215,17 +224,22 @@ def listener_part(
     elif isinstance(listener, ir.TlsListener):
         _check_tls_listener(listener, secrets)
         relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
-        mcp_servers = set()
+        mcp_servers: dict[str, McpUse] = {}
+        oauth2_servers: dict[str, tuple[ir.OAuth2Credential, ...]] = {}
         for server in listener.https:
             # The server's routes, shaped as a listener's: the same route configuration.
             routes = ir.Listener(server.name, listener.address, listener.port, server.virtual_hosts)
             out[ROUTE][server.name], mcp_tools = make_routes(routes, upstreams)
-            if mcp_tools:
-                mcp_servers.add(server.name)
-        out[LISTENER][name] = make_tls_listener(listener, relays, mcp_servers)
+            if mcp_tools is not None:
+                mcp_servers[server.name] = mcp_tools
+            credentials = oauth2.credentials_used(server.virtual_hosts, upstreams)
+            if credentials:
+                oauth2_servers[server.name] = credentials
+        out[LISTENER][name] = make_tls_listener(listener, relays, mcp_servers, oauth2_servers)
     else:
         out[ROUTE][name], mcp_tools = make_routes(listener, upstreams)
-        out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools)
+        credentials = oauth2.credentials_used(listener.virtual_hosts, upstreams)
+        out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools, oauth2_credentials=credentials)
     return out
 
 
@@ -238,7 +252,12 @@ def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:
     this output is meant for people and files.
     """
     data = {
-        type_url: {name: resource_data(message) for name, message in by_name.items()}
+        type_url: {
+            name: _redact_inline_credentials(resource_data(message))
+            if type_url == CLUSTER
+            else resource_data(message)
+            for name, message in by_name.items()
+        }
         for type_url, by_name in resources.items()
     }
     return cast(dict[str, Any], _sort_keys(data))  # copies: no part shared
@@ -376,6 +395,26 @@ def _check_tls_listener(listener: ir.TlsListener, secrets: Mapping[str, ir.Secre
     for server in listener.https:
         if not server.certificates:
             raise ValueError(f"{where}: HTTPS server {server.name!r} has no certificate")
+
+
+def _redact_inline_credentials(value: Any) -> Any:
+    """``value`` with the secret parts of inline AWS credentials (a cluster's SigV4 filter) replaced
+    by ``<redacted>``; the parts on the way are copied (converted ``Any`` mappings are shared), the
+    rest returned as is."""
+    if isinstance(value, dict):
+        credential = value.get("inlineCredential")
+        if isinstance(credential, dict):
+            hidden = {
+                k: "<redacted>" if k in ("secretAccessKey", "sessionToken") else v
+                for k, v in credential.items()
+            }
+            return {**value, "inlineCredential": hidden}
+        changed = {key: _redact_inline_credentials(item) for key, item in value.items()}
+        return value if all(changed[key] is value[key] for key in value) else changed
+    if isinstance(value, list):
+        items = [_redact_inline_credentials(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
 
 
 def _sort_keys(value: Any, done: set[int] | frozenset[int] = frozenset()) -> Any:

@@ -35,7 +35,7 @@ from weir import ir
 from weir.xds import build as _build
 from weir.xds.clusters import upstream_cluster
 from weir.xds.listeners import tls_listener
-from weir.xds.mcp import uses_tool_policies
+from weir.xds.mcp import McpUse, uses_tool_policies
 from weir.xds.routes import route_bytes, route_configuration_bytes, virtual_host_field
 from weir.xds.secrets import envoy_secret
 from weir.xds.snapshot import CLUSTER, LISTENER, ROUTE, SECRET, Resource, content_version
@@ -253,7 +253,7 @@ class _RouteConfig:
     virtual hosts' parts (what it is made again from when it changes)."""
 
     resource: Resource
-    mcp_tools: bool
+    mcp_tools: McpUse | None
     virtual_hosts: _Memo[_VirtualHost]
 
 
@@ -263,8 +263,17 @@ class _VirtualHost:
     its routes, serialised and framed (what it is made again from when it changes)."""
 
     value: bytes
-    mcp_tools: bool
+    mcp_tools: McpUse | None
     routes: _Memo[bytes]
+
+
+def _merged(uses: Iterable[McpUse | None]) -> McpUse | None:
+    """What all of ``uses`` need together (``None``: none uses MCP tool policies)."""
+    found: McpUse | None = None
+    for use in uses:
+        if use is not None:
+            found = use if found is None else found.merge(use)
+    return found
 
 
 def _route_part(route: ir.Route, upstreams: Mapping[str, ir.Upstream], _secrets: Any) -> bytes:
@@ -358,7 +367,8 @@ class _CachedParts(_build.Parts):
         self,
         listener: ir.TlsListener,
         relays: Mapping[str, list[ir.Upstream | None]],
-        mcp_servers: set[str],
+        mcp_servers: dict[str, McpUse],
+        oauth2_servers: Mapping[str, tuple[ir.OAuth2Credential, ...]],
     ) -> Resource:
         """A TLS socket's listener, made again only when what its filter chains are made of changed.
 
@@ -374,18 +384,19 @@ class _CachedParts(_build.Parts):
             tuple((s.name, s.server_names, s.certificates, s.client_validation) for s in listener.https),
             listener.relays,
             tuple(sorted((name, tuple(chosen)) for name, chosen in relays.items())),
-            frozenset(mcp_servers),
+            tuple(sorted(mcp_servers.items(), key=lambda item: item[0])),
+            tuple(sorted(oauth2_servers.items())),
         )
         found = self._cache._tls_listeners.get(listener.name)
         if found is not None and found[0] == key:
             return found[1]
-        resource = Resource.of(tls_listener(listener, relays, mcp_servers), listener.name)
+        resource = Resource.of(tls_listener(listener, relays, mcp_servers, oauth2_servers), listener.name)
         self._cache._tls_listeners[listener.name] = (key, resource)
         return resource
 
     def _route_config(
         self, configs: _Memo[_RouteConfig], routes: ir.Listener, upstreams: Mapping[str, ir.Upstream]
-    ) -> tuple[Resource, bool]:
+    ) -> tuple[Resource, McpUse | None]:
         """The route configuration of ``routes`` (a listener's, or an HTTPS server's): reused while its
         virtual hosts are the same, else made of its virtual hosts' parts, reused where they are."""
 
@@ -413,7 +424,7 @@ class _CachedParts(_build.Parts):
                 _record(u, frozenset().union(*read))
             value = route_configuration_bytes(routes.name, [part.value for part in parts])
             resource = Resource(routes.name, ROUTE, value, content_version(value))
-            return _RouteConfig(resource, any(part.mcp_tools for part in parts), vhosts)
+            return _RouteConfig(resource, _merged(part.mcp_tools for part in parts), vhosts)
 
         built = configs.get(routes.name, routes.virtual_hosts, upstreams, _NO_SECRETS, make)
         return built.resource, built.mcp_tools

@@ -5,8 +5,9 @@ found (static addresses, or, for an external hostname, EDS: the addresses
 weir resolved and its egress policy allows, :mod:`weir.xds.endpoints`), the
 HTTP version spoken to them, the upstream HTTP filters that run once a host
 is chosen and before any connection (removal of internal headers on the way
-to an external hostname, the injected credential of a
-``BackendCredentialPolicy``), and
+to an external hostname, the injected credential or the AWS SigV4
+signature of a ``BackendCredentialPolicy``; its OAuth2 tokens are added in
+the connection manager, :mod:`weir.xds.oauth2`), and
 TLS origination that always verifies the chain and a subject alt name.
 
 Upstreams reaching here passed the contract checks of
@@ -26,6 +27,8 @@ from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
 from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
+from envoy.extensions.common.aws.v3 import credential_provider_pb2
+from envoy.extensions.filters.http.aws_request_signing.v3 import aws_request_signing_pb2
 from envoy.extensions.filters.http.credential_injector.v3 import credential_injector_pb2
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.http.upstream_codec.v3 import upstream_codec_pb2
@@ -169,6 +172,8 @@ def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
         filters.append(hcm_pb2.HttpFilter(name="weir.strip_internal_headers", typed_config=strip))
     if http and upstream.credential is not None:
         filters.append(_credential_filter(upstream.credential))
+    if http and upstream.aws_sigv4 is not None:
+        filters.append(_sigv4_filter(upstream.aws_sigv4))
     if filters:
         codec = upstream_codec_pb2.UpstreamCodec()
         filters.append(hcm_pb2.HttpFilter(name="envoy.filters.http.upstream_codec", typed_config=pack(codec)))
@@ -194,6 +199,39 @@ def _credential_filter(credential: ir.CredentialInjection) -> Any:
         ),
     )
     return hcm_pb2.HttpFilter(name="envoy.filters.http.credential_injector", typed_config=pack(injector))
+
+
+def _sigv4_filter(signing: ir.AwsSigV4) -> Any:
+    """AWS Signature Version 4 (``envoy.filters.http.aws_request_signing``), last before the codec.
+
+    As a cluster filter it signs the request exactly as it leaves: after the
+    route's Host rewrite (the external hostname is what is signed) and after
+    the removal of internal headers, so no header the upstream will not see
+    is part of the signature. Envoy 1.40 runs it there (its OAuth2 client
+    does not, :mod:`weir.xds.oauth2`).
+
+    The credentials are inline: Envoy takes AWS keys inline, from files, the
+    environment or AWS's own sources, not over SDS. Envoy marks the secret
+    key and session token sensitive and prints ``[redacted]`` for them in
+    ``/config_dump``; :func:`weir.xds.build.to_data` redacts them too. A
+    rotated Secret so changes this cluster (its connections are drained).
+
+    With a signed payload Envoy buffers the body to hash it (a body larger
+    than the connection's buffer limit, 1 MiB, fails the request);
+    otherwise the request says ``UNSIGNED-PAYLOAD`` and streams.
+    """
+    inline = credential_provider_pb2.InlineCredentialProvider(
+        access_key_id=signing.access_key_id,
+        secret_access_key=signing.secret_access_key,
+        session_token=signing.session_token or "",
+    )
+    config = aws_request_signing_pb2.AwsRequestSigning(
+        service_name=signing.service,
+        region=signing.region,
+        use_unsigned_payload=not signing.signed_payload,
+        credential_provider=credential_provider_pb2.AwsCredentialProvider(inline_credential=inline),
+    )
+    return hcm_pb2.HttpFilter(name="envoy.filters.http.aws_request_signing", typed_config=pack(config))
 
 
 # Every external upstream carries the same few filter and DNS configurations: build

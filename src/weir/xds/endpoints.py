@@ -13,10 +13,10 @@ When every address of a name is denied, the assignment holds one endpoint
 instead: the internal listener :data:`EGRESS_DENIED` (plain, whatever the
 cluster's TLS: :data:`DENIED_SOCKET_MATCH` picks the cluster's raw
 transport socket for it), which answers every HTTP request 403 with the
-reason (a gRPC call gets ``PERMISSION_DENIED``); a TCP upstream's is
-:data:`EGRESS_DENIED_TCP`, which closes each connection without a byte. Clients so get the refusal they got
+reason (a gRPC call gets ``PERMISSION_DENIED``), and closes a TCP
+proxy's connection without a byte. Clients so get the refusal they got
 from the former per-request guard, and the cluster is never without an
-endpoint.
+endpoint. (UDP upstreams are Services' own endpoints, never external names.)
 
 Every endpoint carries the hostname (``Endpoint.hostname``): Envoy uses it
 for ``auto_host_rewrite`` and for health-check and log output, as it did

@@ -19,7 +19,6 @@ are pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 from envoy.config.accesslog.v3 import accesslog_pb2
@@ -41,7 +40,7 @@ from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
 from weir import ir
-from weir.xds import filters
+from weir.xds import filters, oauth2
 from weir.xds.common import (
     UNRESOLVED_CLUSTER,
     ads,
@@ -51,6 +50,7 @@ from weir.xds.common import (
     socket_address,
 )
 from weir.xds.endpoints import DENIED_HOST_PREFIX
+from weir.xds.mcp import McpUse
 from weir.xds.secrets import sds
 
 #: JSON access log fields; the ones that explain a failure are included
@@ -117,11 +117,17 @@ EGRESS_DENIED_BODY = (
 # --------------------------------------------------------------------------
 
 
-def http_listener(listener: ir.Listener, *, mcp_tools: bool = False) -> Any:
+def http_listener(
+    listener: ir.Listener,
+    *,
+    mcp_tools: McpUse | None = None,
+    oauth2_credentials: tuple[ir.OAuth2Credential, ...] = (),
+) -> Any:
     """One plain-HTTP listener whose single filter chain is an HTTP connection manager.
 
     ``mcp_tools``: some route reaches an upstream with an MCP tool policy (see
-    :func:`weir.xds.mcp.uses_tool_policies`).
+    :func:`weir.xds.mcp.uses_tool_policies`); ``oauth2_credentials``: those of
+    the upstreams its routes reach (:func:`weir.xds.oauth2.credentials_used`).
     """
     return listener_pb2.Listener(
         name=listener.name,
@@ -130,7 +136,10 @@ def http_listener(listener: ir.Listener, *, mcp_tools: bool = False) -> Any:
             listener_components_pb2.FilterChain(
                 filters=[
                     _http_connection_manager(
-                        listener.name, route_config_name=listener.name, mcp_tools=mcp_tools
+                        listener.name,
+                        route_config_name=listener.name,
+                        mcp_tools=mcp_tools,
+                        oauth2_credentials=oauth2_credentials,
                     )
                 ]
             )
@@ -138,15 +147,30 @@ def http_listener(listener: ir.Listener, *, mcp_tools: bool = False) -> Any:
     )
 
 
-def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_tools: bool) -> Any:
+def _http_connection_manager(
+    listener_name: str,
+    *,
+    route_config_name: str,
+    mcp_tools: McpUse | None,
+    unverified_certificates: bool = False,
+    oauth2_credentials: tuple[ir.OAuth2Credential, ...] = (),
+) -> Any:
     """The HTTP connection manager filter of an HTTP listener, or of an HTTPS server of a TLS listener.
 
     Its routes come over RDS (``route_config_name``). Over TLS, ALPN decides
     between HTTP/2 and HTTP/1.1 (the codec follows it). With ``mcp_tools``,
     the filters, access log and local replies of MCP tool policies
-    (:mod:`weir.xds.mcp`), which routes enable where they apply.
+    (:mod:`weir.xds.mcp`), which routes enable where they apply; likewise
+    the token filter of each of ``oauth2_credentials`` (:mod:`weir.xds.oauth2`),
+    last before the router.
     """
-    needs = filters.ChainNeeds(mcp_tools=mcp_tools)
+    needs = filters.ChainNeeds(
+        mcp_tools=mcp_tools is not None,
+        mcp_jwt=mcp_tools.jwt if mcp_tools is not None else frozenset(),
+        unverified_certificates=unverified_certificates,
+    )
+    http_filters = filters.http_filters(needs)
+    http_filters[-1:-1] = oauth2.http_filters(oauth2_credentials)
     hcm = hcm_pb2.HttpConnectionManager(
         # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
         stat_prefix=listener_name.replace(":", "_"),
@@ -154,7 +178,7 @@ def _http_connection_manager(listener_name: str, *, route_config_name: str, mcp_
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads(), route_config_name=route_config_name),
         # The chain of the filter registry, in its declared order (weir.xds.filters).
-        http_filters=filters.http_filters(needs),
+        http_filters=http_filters,
         access_log=[_access_log(), *filters.access_logs(needs)],
         # The listener faces clients directly: trust the peer address, not a
         # client-supplied x-forwarded-for, for x-forwarded-for and "internal".
@@ -302,7 +326,8 @@ def _tcp_proxy(
 def tls_listener(
     listener: ir.TlsListener,
     relays: Mapping[str, list[ir.Upstream | None]],
-    mcp_servers: AbstractSet[str] = frozenset(),
+    mcp_servers: Mapping[str, McpUse] | None = None,
+    oauth2_servers: Mapping[str, tuple[ir.OAuth2Credential, ...]] | None = None,
 ) -> Any:
     """A listener reading each connection's ClientHello, with one filter chain per HTTPS server and relay.
 
@@ -315,7 +340,8 @@ def tls_listener(
     termination when they have certificates. ``relays`` gives each relay's
     upstreams (``None``: failed to resolve);
     ``mcp_servers`` the HTTPS servers with routes to upstreams with MCP tool
-    policies (as ``mcp_tools`` of :func:`http_listener`). With no entry at
+    policies (as ``mcp_tools`` of :func:`http_listener`), ``oauth2_servers`` the
+    OAuth2 credentials of each HTTPS server's routes. With no entry at
     all, one chain without filters closes every connection (Envoy needs a
     chain).
     """
@@ -326,7 +352,12 @@ def tls_listener(
             filter_chain_match=_server_name_match(server.server_names),
             filters=[
                 _http_connection_manager(
-                    listener.name, route_config_name=server.name, mcp_tools=server.name in mcp_servers
+                    listener.name,
+                    route_config_name=server.name,
+                    mcp_tools=(mcp_servers or {}).get(server.name),
+                    unverified_certificates=server.client_validation is not None
+                    and not server.client_validation.required,
+                    oauth2_credentials=(oauth2_servers or {}).get(server.name, ()),
                 )
             ],
         )

@@ -25,6 +25,22 @@ protocol ``MCP`` under a ``BackendMCPPolicy``) is served like this:
   ``params`` could name another tool), and any request with a body it could
   not read (a ``POST`` without a ``method``; ``GET``, ``HEAD``, ``DELETE``
   and ``OPTIONS`` carry no JSON-RPC message and pass). Other methods pass.
+* **Who calls.** A per-caller policy (:attr:`weir.ir.McpToolPolicy.per_caller`)
+  grants tools by the caller's verified identity. Envoy's JWT filter
+  (:data:`JWT_FILTER`, after the MCP filter, enabled per route with the
+  requirement of the route's providers) verifies a bearer token against the
+  policy's key set, issuer and audiences: a request without one passes
+  unidentified, one whose token fails is refused (401, a JSON-RPC error
+  with the request's ``id``; the token never goes upstream), and a verified
+  payload is left in the metadata under the provider's name, the claims the
+  rules read split at spaces into lists. The tool RBAC filter then refuses,
+  as :data:`POLICY_NOT_GRANTED`, a ``tools/call`` for a tool that neither
+  ``allowed`` nor a grant whose caller matches gives: one principal holds
+  caller and tool together (:func:`caller_principal`: the payload's ``sub``
+  and claims, or the client certificate's SANs through RBAC's
+  ``authenticated``, which is not believed on HTTPS servers that let
+  unverified certificates in: :func:`_unverified_filter`). A tool no rule
+  grants anyone stays :data:`POLICY_NOT_ALLOWED` (named first).
 * **Where.** Envoy 1.40 registers the MCP filter only in the connection
   manager, not as an upstream (cluster) filter, and the refusal must be
   decided from its metadata, so both filters are in the connection manager,
@@ -75,24 +91,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import re2
 from envoy.config.accesslog.v3 import accesslog_pb2
-from envoy.config.core.v3 import config_source_pb2, grpc_service_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
 from envoy.config.rbac.v3 import rbac_pb2
 from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.grpc.v3 import als_pb2
+from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.http.mcp.v3 import mcp_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
+from envoy.extensions.filters.http.set_metadata.v3 import set_metadata_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
 from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2, value_pb2
 from envoy.type.tracing.v3 import custom_tag_pb2
-from google.protobuf import struct_pb2, wrappers_pb2
+from google.protobuf import empty_pb2, struct_pb2, wrappers_pb2
 
 from weir import ir
 from weir.xds import mcp_list
@@ -118,11 +137,24 @@ MAX_INSPECTED_BODY = 1 << 20
 POLICY_TOO_LARGE = "weir-mcp-too-large"
 POLICY_DENIED = "weir-mcp-tool-denied"
 POLICY_NOT_ALLOWED = "weir-mcp-tool-not-allowed"
+POLICY_NOT_GRANTED = "weir-mcp-tool-not-granted"
 POLICY_UNNAMED = "weir-mcp-tool-name-invalid"
 POLICY_UNREADABLE = "weir-mcp-unreadable"
 
 #: Prefix shared by every policy name above (and by nothing else weir names).
 POLICY_PREFIX = "weir-mcp-"
+
+#: Envoy's JWT filter, which verifies callers' bearer tokens for per-caller policies; the
+#: payload of a verified token is in its metadata namespace under the provider's name.
+JWT_FILTER = "envoy.filters.http.jwt_authn"
+JWT_METADATA = "envoy.filters.http.jwt_authn"
+#: The filter marking requests on HTTPS servers that let clients in with certificates they could
+#: not verify (``AllowInsecureFallback``): there, certificate rules match no one.
+UNVERIFIED_FILTER = "weir.mcp_unverified_certificates"
+CALLER_METADATA = "weir.mcp_caller"
+UNVERIFIED_KEY = "unverified_certificate"
+#: The response code details of the JWT filter's refusals start with this.
+JWT_DENIED_DETAILS = "jwt_authn_access_denied"
 
 #: The JSON-RPC error codes of the refusals.
 INVALID_PARAMS = -32602
@@ -148,6 +180,7 @@ _BODYLESS_METHODS = ("GET", "HEAD", "DELETE", "OPTIONS")
 
 #: Any string (newlines included); numbers, booleans and objects do not match.
 _ANY_STRING = string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex="(?s).*"))
+_ALL = rbac_pb2.Permission(any=True)
 
 _TOOL = f"%DYNAMIC_METADATA({MCP_METADATA}:params:name)%"
 _ID = f"%DYNAMIC_METADATA({MCP_METADATA}:id)%"
@@ -159,13 +192,54 @@ _BACKEND = "%UPSTREAM_CLUSTER%"
 # --------------------------------------------------------------------------
 
 
-def http_filters() -> list[Any]:
-    """The MCP filter, the tool RBAC filter and the list filter (:mod:`weir.xds.mcp_list`), all
-    disabled until a route enables them.
+@dataclass(frozen=True, slots=True)
+class McpUse:
+    """What the routes of one connection manager need of the MCP filters: that they exist, and the
+    JWT requirements (each the providers of one route's policies) its per-caller policies verify."""
 
-    They go after CORS (a preflight is answered before any of this) and before the router.
+    jwt: frozenset[tuple[ir.McpJwtProvider, ...]] = frozenset()
+
+    def merge(self, other: McpUse | None) -> McpUse:
+        return self if other is None or other.jwt <= self.jwt else McpUse(self.jwt | other.jwt)
+
+
+def http_filters(
+    jwt: Iterable[tuple[ir.McpJwtProvider, ...]] = (), *, unverified_certificates: bool = False
+) -> list[Any]:
+    """The MCP filter, the JWT filter (when ``jwt`` requirements are given), the tool RBAC filter and
+    the list filter (:mod:`weir.xds.mcp_list`), all disabled until a route enables them.
+
+    They go after CORS (a preflight is answered before any of this) and before the router. The JWT
+    filter comes after the MCP filter, so that its refusals can carry the request's JSON-RPC id.
+    ``unverified_certificates``: the connection manager is an HTTPS server's that lets in clients
+    whose certificate it could not verify (:func:`_unverified_filter`).
     """
-    return list(_packed_http_filters())
+    parser, tools, lister = _packed_http_filters()
+    requirements = tuple(sorted(set(jwt), key=requirement_name))
+    out = [parser]
+    if unverified_certificates:
+        out.append(_unverified_filter())
+    if requirements:
+        out.append(_jwt_filter(requirements))
+    return [*out, tools, lister]
+
+
+@functools.lru_cache(maxsize=1)
+def _unverified_filter() -> Any:
+    """Marks every request of the connection manager: its client certificates may be unverified.
+
+    Envoy's RBAC ``authenticated`` principal reads a certificate's SANs
+    whether or not the certificate chained to a trusted CA; under
+    ``AllowInsecureFallback`` a client could present any SAN. The principals
+    of certificate rules require this mark to be absent (and the list filter
+    reads it too), so that there a certificate proves nothing.
+    """
+    value = struct_pb2.Struct()
+    value.update({UNVERIFIED_KEY: True})
+    config = set_metadata_pb2.Config(
+        metadata=[set_metadata_pb2.Metadata(metadata_namespace=CALLER_METADATA, value=value)]
+    )
+    return hcm_pb2.HttpFilter(name=UNVERIFIED_FILTER, typed_config=pack(config))
 
 
 @functools.lru_cache(maxsize=1)
@@ -179,6 +253,60 @@ def _packed_http_filters() -> tuple[Any, Any, Any]:
         hcm_pb2.HttpFilter(name=TOOLS_FILTER, typed_config=pack(tools), disabled=True),
         mcp_list.http_filter(),
     )
+
+
+def requirement_name(providers: Sequence[ir.McpJwtProvider]) -> str:
+    """The JWT filter's name for the requirement of a route whose policies verify ``providers``."""
+    return "+".join(p.name for p in providers)
+
+
+@functools.lru_cache(maxsize=64)
+def _jwt_filter(requirements: tuple[tuple[ir.McpJwtProvider, ...], ...]) -> Any:
+    """The JWT filter verifying the tokens of ``requirements`` (each route names one).
+
+    A request without a token passes unidentified (``allow_missing``); one
+    whose token fails verification is refused (401). A verified payload is
+    written to the metadata under the provider's name, the claims the rules
+    match on split at spaces into lists (``scope``). The token is removed
+    from the request (``forward`` false): the MCP server never sees it.
+    """
+    providers = {p.name: p for providers in requirements for p in providers}
+    config = jwt_pb2.JwtAuthentication(
+        providers={name: _jwt_provider(p) for name, p in sorted(providers.items())},
+        requirement_map={requirement_name(r): _requirement(r) for r in requirements},
+    )
+    return hcm_pb2.HttpFilter(name=JWT_FILTER, typed_config=pack(config), disabled=True)
+
+
+def _jwt_provider(provider: ir.McpJwtProvider) -> Any:
+    out = jwt_pb2.JwtProvider(
+        issuer=provider.issuer,
+        audiences=list(provider.audiences),
+        local_jwks=base_pb2.DataSource(inline_string=provider.jwks),
+        from_headers=[jwt_pb2.JwtHeader(name="Authorization", value_prefix="Bearer ")],
+        payload_in_metadata=provider.name,
+        forward=False,
+    )
+    if provider.claims:
+        out.normalize_payload_in_metadata.space_delimited_claims.extend(provider.claims)
+    return out
+
+
+def _requirement(providers: Sequence[ir.McpJwtProvider]) -> Any:
+    each = [
+        jwt_pb2.JwtRequirement(
+            requires_any=jwt_pb2.JwtRequirementOrList(
+                requirements=[
+                    jwt_pb2.JwtRequirement(provider_name=p.name),
+                    jwt_pb2.JwtRequirement(allow_missing=empty_pb2.Empty()),
+                ]
+            )
+        )
+        for p in providers
+    ]
+    if len(each) == 1:
+        return each[0]
+    return jwt_pb2.JwtRequirement(requires_all=jwt_pb2.JwtRequirementAndList(requirements=each))
 
 
 def local_reply_mappers() -> list[Any]:
@@ -205,6 +333,14 @@ def local_reply_mappers() -> list[Any]:
             "allowedTools",
         ),
         _mapper(
+            POLICY_NOT_GRANTED,
+            200,
+            INVALID_PARAMS,
+            f"tool {_TOOL} is not allowed for this caller: no rule of the BackendMCPPolicy of {_BACKEND} "
+            "grants it to the caller's verified identity (bearer token or client certificate), nor to "
+            "every caller",
+        ),
+        _mapper(
             POLICY_UNNAMED,
             200,
             INVALID_PARAMS,
@@ -219,20 +355,33 @@ def local_reply_mappers() -> list[Any]:
             "invalid JSON, or no 'Accept: application/json, text/event-stream' header), so it cannot "
             f"apply the BackendMCPPolicy of {_BACKEND}",
         ),
+        # After the MCP filter, the JWT filter knows the id: 401 as the MCP authorization
+        # specification prescribes for an invalid or expired token, with the id in the body.
+        _mapper(
+            "",
+            401,
+            INVALID_REQUEST,
+            f"request refused: the bearer token is not valid for the BackendMCPPolicy of {_BACKEND} "
+            "(%RESPONSE_CODE_DETAILS%): a bad signature, an unknown key, an issuer or audience the policy "
+            "does not accept, or an expired token. Send a valid token, or none to use the tools that need "
+            "no identity",
+            expression=f"response.code_details.startsWith('{JWT_DENIED_DETAILS}')",
+        ),
     ]
 
 
-def _mapper(policy: str, status: int, code: int, message: str) -> Any:
-    """A local reply mapper answering the refusals of ``policy`` with a JSON-RPC error."""
+def _mapper(policy: str, status: int, code: int, message: str, *, expression: str | None = None) -> Any:
+    """A local reply mapper answering the refusals of ``policy`` (or those ``expression`` selects)
+    with a JSON-RPC error."""
     selected = cel_pb2.ExpressionFilter(
-        expression=f"response.code_details == 'rbac_access_denied_matched_policy[{policy}]'"
+        expression=expression or f"response.code_details == 'rbac_access_denied_matched_policy[{policy}]'"
     )
     body = struct_pb2.Struct()
     body.update(
         {
             "jsonrpc": "2.0",
             # A single command keeps the id's JSON type (number or string); null when absent.
-            "id": _ID if status == 200 else None,
+            "id": _ID if status != 400 else None,
             "error": {
                 "code": code,
                 "message": message,
@@ -274,6 +423,16 @@ def _packed_access_log() -> Any:
     call = _metadata_filter(MCP_METADATA, "method", "tools/call")
     listed = _metadata_filter(MCP_METADATA, "method", "tools/list")
     refused = _metadata_filter(RBAC_METADATA, "enforced_engine_result", "denied")
+    unverified = accesslog_pb2.AccessLogFilter(
+        extension_filter=accesslog_pb2.ExtensionFilter(
+            name="envoy.access_loggers.extension_filters.cel",
+            typed_config=pack(
+                cel_pb2.ExpressionFilter(
+                    expression=f"response.code_details.startsWith('{JWT_DENIED_DETAILS}')"
+                )
+            ),
+        )
+    )
     grpc = als_pb2.HttpGrpcAccessLogConfig(
         common_config=als_pb2.CommonGrpcAccessLogConfig(
             log_name=ACCESS_LOG_NAME,
@@ -289,7 +448,10 @@ def _packed_access_log() -> Any:
         name="envoy.access_loggers.http_grpc",
         filter=accesslog_pb2.AccessLogFilter(
             or_filter=accesslog_pb2.OrFilter(
-                filters=[accesslog_pb2.AccessLogFilter(metadata_filter=f) for f in (call, listed, refused)]
+                filters=[
+                    *(accesslog_pb2.AccessLogFilter(metadata_filter=f) for f in (call, listed, refused)),
+                    unverified,
+                ]
             )
         ),
         typed_config=pack(grpc),
@@ -309,21 +471,42 @@ def _metadata_filter(namespace: str, key: str, value: str) -> Any:
 # --------------------------------------------------------------------------
 
 
-def uses_tool_policies(virtual_hosts: Iterable[ir.VirtualHost], upstreams: Mapping[str, ir.Upstream]) -> bool:
-    """Whether a route of ``virtual_hosts`` sends (or mirrors) requests to an upstream with a tool policy.
+def uses_tool_policies(
+    virtual_hosts: Iterable[ir.VirtualHost], upstreams: Mapping[str, ir.Upstream]
+) -> McpUse | None:
+    """What the routes of ``virtual_hosts`` that send (or mirror) requests to upstreams with a tool
+    policy need of the connection manager (``None``: no such route).
 
     Reads only the upstreams the routes name (the build cache tracks those reads).
     """
+    found: McpUse | None = None
     for vhost in virtual_hosts:
         for route in vhost.routes:
             if not isinstance(route.action, ir.Forward):
                 continue
-            names = [b.upstream for b in route.action.backends] + [m.upstream for m in route.action.mirrors]
-            for name in names:
-                upstream = upstreams.get(name) if name is not None else None
-                if upstream is not None and upstream.mcp_tools is not None:
-                    return True
-    return False
+            mirrors = [upstreams.get(m.upstream) for m in route.action.mirrors if m.upstream is not None]
+            for backend in route.action.backends:
+                upstream = upstreams.get(backend.upstream) if backend.upstream is not None else None
+                policies = _policies((upstream, *mirrors))
+                if not policies:
+                    continue
+                providers = jwt_providers(policies)
+                use = McpUse(frozenset((providers,)) if providers else frozenset())
+                found = use if found is None else found.merge(use)
+            if not route.action.backends and _policies(mirrors):
+                found = found or McpUse()
+    return found
+
+
+def _policies(upstreams: Iterable[ir.Upstream | None]) -> tuple[ir.McpToolPolicy, ...]:
+    return tuple(u.mcp_tools for u in upstreams if u is not None and u.mcp_tools is not None)
+
+
+def jwt_providers(policies: Iterable[ir.McpToolPolicy]) -> tuple[ir.McpJwtProvider, ...]:
+    """The distinct JWT providers of ``policies``, by name."""
+    return tuple(
+        sorted({p.jwt.name: p.jwt for p in policies if p.jwt is not None}.values(), key=lambda p: p.name)
+    )
 
 
 def per_filter_config(
@@ -342,6 +525,9 @@ def per_filter_config(
     if not policies:
         return {}
     out = {MCP_FILTER: _packed_enabled()}
+    providers = jwt_providers(policies)
+    if providers:
+        out[JWT_FILTER] = _packed_requirement(requirement_name(providers))
     if mcp_list.restricts(policies):
         out[TOOLS_FILTER] = _packed_route_rules(policies)
         out[mcp_list.LIST_FILTER] = mcp_list.per_route_config(policies, cluster_name(destination))
@@ -354,6 +540,11 @@ def _packed_enabled() -> Any:
     # filter by configuring it, with the same limit as the connection manager's.
     override = mcp_pb2.McpOverride(max_request_body_size=wrappers_pb2.UInt32Value(value=MAX_INSPECTED_BODY))
     return pack(route_components_pb2.FilterConfig(config=pack(override)))
+
+
+@functools.lru_cache(maxsize=256)
+def _packed_requirement(name: str) -> Any:
+    return pack(route_components_pb2.FilterConfig(config=pack(jwt_pb2.PerRouteConfig(requirement_name=name))))
 
 
 @functools.lru_cache(maxsize=256)
@@ -382,17 +573,129 @@ def tool_rules(policies: Sequence[ir.McpToolPolicy]) -> Any:
     denied = sorted({pattern for p in policies for pattern in p.denied})
     if denied:
         rules[POLICY_DENIED] = _all(call, _any(*(tool_pattern(p, widen=True) for p in denied)))
-    allow_lists = [sorted(set(p.allowed)) for p in policies if p.allowed]
+    allow_lists = [sorted(_granted_anywhere(p)) for p in policies if p.allowed or p.per_caller]
     if allow_lists:
-        misses = [_not(_any(*(tool_pattern(p, widen=False) for p in a))) for a in allow_lists]
+        misses = [_not(_any(*(tool_pattern(p, widen=False) for p in a))) if a else _ALL for a in allow_lists]
         rules[POLICY_NOT_ALLOWED] = _all(call, _any(*misses))
-    return rbac_pb2.RBAC(
-        action=rbac_pb2.RBAC.DENY,
-        policies={
-            name: rbac_pb2.Policy(permissions=[permission], principals=[rbac_pb2.Principal(any=True)])
-            for name, permission in sorted(rules.items())
-        },
+    policies_by_name = {
+        name: rbac_pb2.Policy(permissions=[permission], principals=[rbac_pb2.Principal(any=True)])
+        for name, permission in rules.items()
+    }
+    per_caller = [p for p in policies if p.per_caller]
+    if per_caller:
+        # Who calls is a principal: the tools a caller is granted depend on it, so the whole
+        # condition (caller and tool) is one principal, the permission being any tools/call.
+        refused = [_principal_not(_granted(p)) for p in per_caller]
+        principal = (
+            refused[0]
+            if len(refused) == 1
+            else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=refused))
+        )
+        policies_by_name[POLICY_NOT_GRANTED] = rbac_pb2.Policy(
+            permissions=[_permission(call)], principals=[principal]
+        )
+    return rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies=dict(sorted(policies_by_name.items())))
+
+
+def _granted_anywhere(policy: ir.McpToolPolicy) -> set[str]:
+    """Every pattern ``policy`` allows some caller."""
+    return {*policy.allowed, *(pattern for g in policy.grants for pattern in g.allowed)}
+
+
+def _granted(policy: ir.McpToolPolicy) -> Any:
+    """A principal: the caller is granted the tool the request names, by a per-caller ``policy``."""
+    options = []
+    if policy.allowed:
+        options.append(_as_principal(_any(*(tool_pattern(p, widen=False) for p in policy.allowed))))
+    for grant in policy.grants:
+        tools = _as_principal(_any(*(tool_pattern(p, widen=False) for p in grant.allowed)))
+        options.append(
+            rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[caller_principal(grant.caller), tools]))
+        )
+    if not options:
+        return rbac_pb2.Principal(not_id=rbac_pb2.Principal(any=True))
+    if len(options) == 1:
+        return options[0]
+    return rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=options))
+
+
+def caller_principal(caller: ir.McpCaller) -> Any:
+    """An RBAC principal matching the verified identity ``caller`` describes.
+
+    A client certificate: Envoy's ``authenticated`` compares each URI SAN,
+    then each DNS SAN, then the subject (which a SAN of the API never
+    equals), whether or not the certificate was verified: on an HTTPS server
+    that lets unverified certificates in, the mark of
+    :func:`_unverified_filter` makes certificate rules match no one. A
+    token: the payload the JWT filter wrote under the provider's name
+    (present only for a verified token), its ``sub`` and claims; a
+    claim's value is a string equal to one of the values, or a list (the
+    words of a space-delimited claim, as the filter splits them) holding one.
+    """
+    if caller.jwt is None:
+        names = [
+            rbac_pb2.Principal(authenticated=rbac_pb2.Principal.Authenticated(principal_name=_exact(san)))
+            for san in caller.subject_alt_names
+        ]
+        if not names:  # no SAN to match (the API requires one): the rule matches no one
+            return rbac_pb2.Principal(not_id=rbac_pb2.Principal(any=True))
+        either = names[0] if len(names) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=names))
+        unverified = _metadata_principal(
+            CALLER_METADATA, (UNVERIFIED_KEY,), value_pb2.ValueMatcher(bool_match=True)
+        )
+        return rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[either, _principal_not(unverified)]))
+    provider = caller.jwt
+    ids = [_metadata_principal(JWT_METADATA, (provider,), value_pb2.ValueMatcher(present_match=True))]
+    if caller.subjects:
+        ids.append(_one_of((provider, "sub"), caller.subjects, lists=False))
+    for claim, values in caller.claims:
+        ids.append(_one_of((provider, claim), values, lists=True))
+    return ids[0] if len(ids) == 1 else rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=ids))
+
+
+def _one_of(path: Sequence[str], values: Sequence[str], *, lists: bool) -> Any:
+    matchers = []
+    for value in values:
+        string = value_pb2.ValueMatcher(string_match=_exact(value))
+        matchers.append(string)
+        if lists:
+            matchers.append(value_pb2.ValueMatcher(list_match=value_pb2.ListMatcher(one_of=string)))
+    matcher = (
+        matchers[0]
+        if len(matchers) == 1
+        else value_pb2.ValueMatcher(or_match=value_pb2.OrMatcher(value_matchers=matchers))
     )
+    return _metadata_principal(JWT_METADATA, path, matcher)
+
+
+def _metadata_principal(namespace: str, path: Sequence[str], value: Any) -> Any:
+    return rbac_pb2.Principal(
+        sourced_metadata=rbac_pb2.SourcedMetadata(metadata_matcher=_metadata(namespace, path, value))
+    )
+
+
+def _principal_not(principal: Any) -> Any:
+    return rbac_pb2.Principal(not_id=principal)
+
+
+def _as_principal(permission: Any) -> Any:
+    """The principal matching what the permission ``permission`` (of tool patterns) matches."""
+    kind = permission.WhichOneof("rule")
+    if kind == "and_rules":
+        return rbac_pb2.Principal(
+            and_ids=rbac_pb2.Principal.Set(ids=[_as_principal(r) for r in permission.and_rules.rules])
+        )
+    if kind == "or_rules":
+        return rbac_pb2.Principal(
+            or_ids=rbac_pb2.Principal.Set(ids=[_as_principal(r) for r in permission.or_rules.rules])
+        )
+    if kind == "not_rule":
+        return rbac_pb2.Principal(not_id=_as_principal(permission.not_rule))
+    if kind == "any":
+        return rbac_pb2.Principal(any=permission.any)
+    if kind == "sourced_metadata":
+        return rbac_pb2.Principal(sourced_metadata=permission.sourced_metadata)
+    raise ValueError(f"no principal for a permission of {kind}")
 
 
 def tool_pattern(pattern: str, *, widen: bool) -> Any:

@@ -25,6 +25,14 @@ requests in which Envoy's MCP filter found ``tools/list``:
   the order of the tools kept, their bytes) is passed unchanged; a message
   without ``result`` (a JSON-RPC error, a notification) passes.
 
+**Per caller.** For a per-caller policy the script decides, for the caller
+that asked, what the RBAC principals of :mod:`weir.xds.mcp` decide for a
+call: it reads the client certificate's URI and DNS SANs (unless the HTTPS
+server marked its certificates unverified) and the token payloads the JWT
+filter left in the metadata, and adds the tools of the grants whose caller
+matches to the policy's ``allowed``. A caller whose identity cannot be read
+is treated as unidentified (fewer tools, never more).
+
 **Fail closed.** A ``2xx`` answer the script cannot read is replaced, so no
 tool reaches the client unfiltered: HTTP 502 with a JSON-RPC error carrying
 the request's ``id``, code ``-32603`` (Internal error), a message naming
@@ -129,18 +137,44 @@ def per_route_config(policies: tuple[ir.McpToolPolicy, ...], backend: str) -> An
 
 
 def _policy_rules(policy: ir.McpToolPolicy) -> str:
-    """One policy as a line the script reads (``read_rules``): ``A|N;ALLOWED;DENIED``.
+    """One policy as a line the script reads (``read_rules``): ``A|N|P;ALLOWED;DENIED;GRANTS``.
 
     Strings, not lists: Envoy 1.40 hands the script a context's lists as
     tables whose items Lua cannot read back. Patterns are joined by ``,``
     and the Lua patterns of one by a space; neither occurs in them (tool
-    patterns are letters, digits and ``._*-``).
+    patterns are letters, digits and ``._*-``). ``P``: a per-caller policy,
+    whose ``GRANTS`` (joined by ``|``) are read by ``read_grant``.
     """
-    denied = [p for p in (lua_patterns(d, widen=True) for d in policy.denied) if p is not None]
+    denied = _joined(policy.denied, widen=True)
     # An allow-list whose every pattern is too large to match exactly allows nothing: still "A".
-    allowed = [p for p in (lua_patterns(a, widen=False) for a in policy.allowed) if p is not None]
-    joined = [",".join(" ".join(p) for p in patterns) for patterns in (allowed, denied)]
-    return ";".join(("A" if policy.allowed else "N", *joined))
+    allowed = _joined(policy.allowed, widen=False)
+    mode = "P" if policy.per_caller else "A" if policy.allowed else "N"
+    grants = "|".join(f"{_caller(g.caller)}>{_joined(g.allowed, widen=False)}" for g in policy.grants)
+    return ";".join((mode, allowed, denied, grants))
+
+
+def _joined(patterns: Sequence[str], *, widen: bool) -> str:
+    found = [p for p in (lua_patterns(x, widen=widen) for x in patterns) if p is not None]
+    return ",".join(" ".join(p) for p in found)
+
+
+def _caller(caller: ir.McpCaller) -> str:
+    """``C`` and the SANs, or ``J`` provider ``/`` subjects ``/`` claims (see the script's ``read_grant``)."""
+    if caller.jwt is None:
+        return "C" + ",".join(_escape(san) for san in caller.subject_alt_names)
+    claims = "&".join(
+        f"{_escape(name)}=" + ",".join(_escape(v) for v in values) for name, values in caller.claims
+    )
+    subjects = ",".join(_escape(s) for s in caller.subjects)
+    return f"J{_escape(caller.jwt)}/{subjects}/{claims}"
+
+
+def _escape(text: str) -> str:
+    """``text`` with every byte outside ``A-Z a-z 0-9 _ . -`` as ``%XX`` (the script's ``unescape``)."""
+    return "".join(
+        chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_.-") else f"%{b:02X}"
+        for b in text.encode("utf-8")
+    )
 
 
 def lua_patterns(pattern: str, *, widen: bool) -> list[str] | None:
@@ -176,8 +210,9 @@ def _lua_literal(text: str) -> str:
 
 
 def restricts(policies: Sequence[ir.McpToolPolicy]) -> bool:
-    """Whether some policy allows less than every tool (an empty policy only counts calls)."""
-    return any(p.allowed or p.denied for p in policies)
+    """Whether some policy allows less than every tool (an empty policy only counts calls); a
+    per-caller policy always does (callers get the tools granted to them)."""
+    return any(p.allowed or p.denied or p.per_caller for p in policies)
 
 
 __all__ = [

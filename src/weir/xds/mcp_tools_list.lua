@@ -8,6 +8,8 @@
 
 local MCP = "envoy.filters.http.mcp"
 local OURS = "weir.mcp_tools_list"
+local JWT = "envoy.filters.http.jwt_authn"
+local CALLER = "weir.mcp_caller"
 local MAX_DEPTH = 128
 
 -- Byte by byte: LuaJIT runs string.byte compiled, while each pattern search costs far more.
@@ -161,27 +163,115 @@ read_value = function(s, i, depth)
   return e
 end
 
+local function holds_string(value, values)
+  return type(value) == "string" and values[value] == true
+end
+
 local function split(text, separator)
   local out = {}
   for item in text:gmatch("[^" .. separator .. "]+") do out[#out + 1] = item end
   return out
 end
 
--- The policies of the filter context's "rules": one line per policy, "A" (it has an allow-list) or
--- "N", then ";" its allowed patterns, ";" its denied patterns; patterns separated by ",", each a
--- run of Lua patterns separated by " " that must all match.
+local function unescape(text)
+  return (text:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function read_set(text)
+  local out = {}
+  for _, v in ipairs(split(text, ",")) do out[unescape(v)] = true end
+  return out
+end
+
+local function read_patterns(text)
+  local out = {}
+  for _, p in ipairs(split(text, ",")) do out[#out + 1] = split(p, " ") end
+  return out
+end
+
+-- One grant of a per-caller policy: "WHO>PATTERNS". WHO is "C" and the certificate's subject
+-- alternative names, or "J" PROVIDER "/" SUBJECTS "/" CLAIMS (CLAIMS: NAME "=" VALUES joined by
+-- "&"); lists are joined by ",", names and values percent-escaped.
+local function read_grant(text)
+  local who, tools = text:match("^(.-)>(.*)$")
+  if who == nil then error("unreadable grant: " .. text) end
+  local grant = { tools = read_patterns(tools) }
+  if who:sub(1, 1) == "C" then
+    grant.sans = read_set(who:sub(2))
+    return grant
+  end
+  local provider, subjects, claims = who:match("^J([^/]*)/([^/]*)/(.*)$")
+  if provider == nil then error("unreadable grant: " .. text) end
+  grant.provider = unescape(provider)
+  if subjects ~= "" then grant.subjects = read_set(subjects) end
+  grant.claims = {}
+  for claim in claims:gmatch("[^&]+") do
+    local name, values = claim:match("^([^=]*)=(.*)$")
+    grant.claims[#grant.claims + 1] = { name = unescape(name), values = read_set(values) }
+  end
+  return grant
+end
+
+-- The policies of the filter context's "rules": one line per policy, "A" (it has an allow-list),
+-- "N" (it has none) or "P" (tools are granted per caller), then ";" its allowed patterns, ";" its
+-- denied patterns, ";" its grants (separated by "|", see read_grant); patterns separated by ",",
+-- each a run of Lua patterns separated by " " that must all match.
 local function read_rules(rules)
   local policies = {}
   for line in (rules or ""):gmatch("[^\n]+") do
-    local has, allow, deny = line:match("^([AN]);([^;]*);(.*)$")
-    if has == nil then error("unreadable rules: " .. line) end
-    local policy = { denied = {} }
-    for _, p in ipairs(split(deny, ",")) do policy.denied[#policy.denied + 1] = split(p, " ") end
-    if has == "A" then
-      policy.allowed = {}
-      for _, p in ipairs(split(allow, ",")) do policy.allowed[#policy.allowed + 1] = split(p, " ") end
+    local mode, allow, deny, grants = line:match("^([ANP]);([^;]*);([^;]*);(.*)$")
+    if mode == nil then error("unreadable rules: " .. line) end
+    local policy = { denied = read_patterns(deny) }
+    if mode ~= "N" then policy.allowed = read_patterns(allow) end
+    if mode == "P" then
+      policy.grants = {}
+      for grant in grants:gmatch("[^|]+") do policy.grants[#policy.grants + 1] = read_grant(grant) end
     end
     policies[#policies + 1] = policy
+  end
+  return policies
+end
+
+-- Whether a claim's value holds one of values: a string equal to one, or a list with one as an item
+-- (the JWT filter splits the claims the rules match on at spaces into lists).
+local function holds(value, values)
+  if type(value) == "string" then return values[value] == true end
+  if type(value) == "table" then
+    for _, item in pairs(value) do
+      if type(item) == "string" and values[item] then return true end
+    end
+  end
+  return false
+end
+
+-- Whether the caller (identity: its certificate's SANs, the verified token payloads by provider)
+-- is the one a grant names; the same decision as the RBAC principals of weir.xds.mcp.
+local function caller_matches(grant, identity)
+  if grant.sans then
+    for san in pairs(identity.sans) do
+      if grant.sans[san] then return true end
+    end
+    return false
+  end
+  local payload = identity.jwt[grant.provider]
+  if type(payload) ~= "table" then return false end
+  if grant.subjects and not holds_string(payload["sub"], grant.subjects) then return false end
+  for _, claim in ipairs(grant.claims) do
+    if not holds(payload[claim.name], claim.values) then return false end
+  end
+  return true
+end
+
+-- The grants of per-caller policies that this caller has: their patterns join the policy's allowed.
+local function apply_identity(policies, identity)
+  for _, policy in ipairs(policies) do
+    if policy.grants then
+      for _, grant in ipairs(policy.grants) do
+        if caller_matches(grant, identity) then
+          for _, p in ipairs(grant.tools) do policy.allowed[#policy.allowed + 1] = p end
+        end
+      end
+    end
   end
   return policies
 end
@@ -348,9 +438,28 @@ function envoy_on_request(handle)
   end
 end
 
+-- The caller's verified identity: its client certificate's URI and DNS SANs (as Envoy's RBAC
+-- "authenticated" reads them), and the payloads the JWT filter wrote, by provider.
+local function caller_identity(handle)
+  local identity = { sans = {}, jwt = {} }
+  local ssl = handle:streamInfo():downstreamSslConnection()
+  local marks = handle:streamInfo():dynamicMetadata():get(CALLER)
+  -- An HTTPS server that lets unverified certificates in marks its requests: SANs prove nothing there.
+  local unverified = marks ~= nil and marks["unverified_certificate"] == true
+  if ssl ~= nil and not unverified then
+    for _, san in pairs(ssl:uriSanPeerCertificate() or {}) do identity.sans[san] = true end
+    for _, san in pairs(ssl:dnsSansPeerCertificate() or {}) do identity.sans[san] = true end
+  end
+  local tokens = handle:streamInfo():dynamicMetadata():get(JWT)
+  if tokens ~= nil then
+    for provider, payload in pairs(tokens) do identity.jwt[tostring(provider)] = payload end
+  end
+  return identity
+end
+
 -- The answer's body filtered (or the reason it cannot be), from plain values only.
-local function filter_body(status, media, encoding, body, rules)
-  local policies = read_rules(rules)
+local function filter_body(status, media, encoding, body, rules, identity)
+  local policies = apply_identity(read_rules(rules), identity)
   if encoding ~= "identity" then return nil, "a response with Content-Encoding " .. encoding end
   if media == "application/json" then return filter_message(body, policies) end
   if media == "text/event-stream" then return filter_events(body, policies) end
@@ -371,7 +480,11 @@ function envoy_on_response(handle)
   -- Read through pairs: indexing Envoy 1.40's filter context table by key finds nothing.
   local context = {}
   for k, v in pairs(handle:filterContext()) do context[tostring(k)] = v end
-  local ok, filtered, removed, listed = pcall(filter_body, status, media, encoding, body, context["rules"])
+  -- A caller whose identity cannot be read is treated as unidentified: fewer tools, never more.
+  local read, identity = pcall(caller_identity, handle)
+  if not read then identity = { sans = {}, jwt = {} } end
+  local ok, filtered, removed, listed =
+    pcall(filter_body, status, media, encoding, body, context["rules"], identity)
   if not ok then
     filtered, removed = nil, "an error reading it: " .. tostring(filtered)
   end

@@ -26,7 +26,7 @@ from envoy.type.v3 import percent_pb2
 from google.protobuf import wrappers_pb2
 
 from weir import ir
-from weir.xds import filters, mcp
+from weir.xds import filters, mcp, oauth2
 from weir.xds.common import (
     cluster_name,
     duration_ms,
@@ -180,6 +180,9 @@ def _route(route: ir.Route, upstreams: Mapping[str, ir.Upstream]) -> Any:
     own_edits = any(b.request_headers is not None or b.response_headers is not None for b in backends)
     # MCP tool policies apply to the share of requests whose destination (or a mirror) has one.
     mirrored = [upstreams.get(m.upstream) for m in forward.mirrors]
+    # An OAuth2 token is added before the split chooses: only for a route whose every destination has it.
+    for name, config in oauth2.per_filter_config([*chosen, *mirrored]).items():
+        out.typed_per_filter_config[name].CopyFrom(config)
     if len(backends) == 1 and not own_edits:
         upstream = chosen[0]
         action.cluster = cluster_name(upstream)

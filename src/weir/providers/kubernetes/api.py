@@ -8,8 +8,9 @@ as it parses files, so decoding them twice would only cost time and memory.
 watch from a ``resourceVersion`` with bookmarks, get, a merge patch of the
 ``status`` subresource guarded by ``metadata.resourceVersion`` (so a stale
 write is refused with ``409 Conflict`` instead of overwriting someone
-else's), create/replace for Leases, and create/delete for the Services of
-EndpointSelector XBackends. Errors keep lightkube's exceptions;
+else's), create/replace for Leases, create/delete for the Services of
+EndpointSelector XBackends, and create/patch/delete for the per-Gateway Services
+and EndpointSlices of ``--gateway-services``. Errors keep lightkube's exceptions;
 :func:`status_code` and :func:`is_transient` classify them.
 """
 
@@ -283,6 +284,16 @@ class KubeApi:
         """Create ``obj``; ``ApiError`` 409 if it exists."""
         created = await self._client.create(_resource(kind)(obj))
         return dict(created)
+
+    async def patch(
+        self, kind: WatchedKind, namespace: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge-patch the object (``null`` removes a key; a list is replaced whole). With
+        ``metadata.resourceVersion`` in ``body``, ``ApiError`` 409 when the object changed since."""
+        obj = await self._client.patch(
+            _resource(kind), name, body, namespace=namespace or None, patch_type=PatchType.MERGE
+        )
+        return dict(obj)
 
     async def delete(self, kind: WatchedKind, namespace: str, name: str) -> None:
         """Delete the object; one already gone is fine."""

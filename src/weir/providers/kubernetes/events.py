@@ -115,6 +115,20 @@ class EventRecorder:
                 continue
             self._queue.put_nowait(self._event(kind, obj, cond))
 
+    def report(
+        self, kind: WatchedKind, obj: dict[str, Any], reason: str, note: str, *, warning: bool = True
+    ) -> None:
+        """An Event about ``obj`` (its ``metadata`` suffices) that is not a condition change: a
+        failure to create or update what weir keeps for it (same rate limit, action ``Reconcile``)."""
+        if not self._take():
+            self._metrics.events.inc("dropped")
+            return
+        event = self._event(kind, obj, {"type": None, "reason": reason, "message": note})
+        event["action"] = "Reconcile"
+        event["note"] = note[:_NOTE_MAX]
+        event["type"] = "Warning" if warning else "Normal"
+        self._queue.put_nowait(event)
+
     def _take(self) -> bool:
         now = time.monotonic()
         self._tokens = min(self._burst, self._tokens + (now - self._refilled) / self._interval)

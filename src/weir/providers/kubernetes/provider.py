@@ -44,6 +44,9 @@ the statuses the controller publishes. How it is built (one module per part):
 * :mod:`~weir.providers.kubernetes.selector` — the leader's **headless Service**
   for each EndpointSelector XBackend (created, deleted; translation reads
   its EndpointSlices).
+* :mod:`~weir.providers.kubernetes.gateway_services` — with ``gateway_services``
+  (``weir run --gateway-services``, off by default), the leader's **Service per
+  Gateway** in the Gateway's namespace, with EndpointSlices listing weir's pods.
 * :mod:`~weir.providers.kubernetes.xbackend` — XBackend's status in the shape of
   its **installed CRD** (``status.parents`` of v1.6 or ``status.ancestors``
   of upstream main, read from the CRD's schema at start and every
@@ -86,12 +89,14 @@ from weir.metrics import MetricFamily, gauge
 from weir.providers.kubernetes.api import CRD, KubeApi, WatchedKind, describe, load_config
 from weir.providers.kubernetes.cache import DATA_KINDS, SOURCE, CacheStats, KubeSnapshot, ObjectCache
 from weir.providers.kubernetes.events import EventRecorder
+from weir.providers.kubernetes.gateway_services import GATEWAY, GatewayServices
 from weir.providers.kubernetes.leader import LeaderElector, LeaseSettings
 from weir.providers.kubernetes.metrics import KubeMetrics
 from weir.providers.kubernetes.selector import SelectorServices
 from weir.providers.kubernetes.status import StatusWriter
 from weir.providers.kubernetes.watch import Backoff, KindWatcher, Outage, WatchTiming
 from weir.providers.kubernetes.xbackend import CRD_NAME, crd_shape, statuses_for_crd
+from weir.translate.infrastructure import ServiceType
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
@@ -142,6 +147,9 @@ class KubernetesOptions:
     writes stop). ``events``: report condition changes as Events
     (:mod:`~weir.providers.kubernetes.events`).
     ``write_status``: ``False`` never writes (a read-only replica).
+    ``gateway_services``: keep a Service of this type per Gateway (needs
+    ``publish_service``, whose EndpointSlices list weir's pods;
+    :mod:`~weir.providers.kubernetes.gateway_services`); ``None``: off.
     """
 
     kubeconfig: str | None = None
@@ -155,6 +163,11 @@ class KubernetesOptions:
     debounce_s: float = 0.05
     timing: WatchTiming = field(default_factory=WatchTiming)
     kinds: tuple[WatchedKind, ...] = WATCHED
+    gateway_services: ServiceType | None = None
+
+    def __post_init__(self) -> None:
+        if self.gateway_services is not None and self.publish_service is None:
+            raise ValueError("gateway_services needs publish_service (the Service that selects weir's pods)")
 
 
 class KubernetesProvider:
@@ -170,6 +183,7 @@ class KubernetesProvider:
         self.elector: LeaderElector | None = None
         self.writer: StatusWriter | None = None
         self.selector_services: SelectorServices | None = None
+        self.gateway_services: GatewayServices | None = None
         self.events: EventRecorder | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._snapshot: KubeSnapshot | None = None
@@ -256,6 +270,27 @@ class KubernetesProvider:
             )
             services = asyncio.create_task(self.selector_services.run(), name="weir-selector-services")
             self._tasks.append(services)
+        if options.gateway_services is not None and options.publish_service is not None:
+            events = self.events
+            self.gateway_services = GatewayServices(
+                api,
+                controller_name=options.controller_name,
+                service_type=options.gateway_services,
+                publish_service=options.publish_service,
+                namespaces=options.namespaces,
+                is_leader=is_leader,
+                backoff=Backoff(options.timing.backoff_initial_s, options.timing.backoff_max_s),
+                report=(
+                    (
+                        lambda gw, reason, note: events.report(
+                            GATEWAY, gw.model_dump(by_alias=True), reason, note
+                        )
+                    )
+                    if events is not None
+                    else None
+                ),
+            )
+            self._tasks.append(asyncio.create_task(self.gateway_services.run(), name="weir-gateway-services"))
         if elector is not None:
             self._tasks.append(asyncio.create_task(elector.run(), name="weir-leader-election"))
 
@@ -313,6 +348,8 @@ class KubernetesProvider:
             self.writer.resync()
         if leading and self.selector_services is not None:
             self.selector_services.resync()
+        if leading and self.gateway_services is not None:
+            self.gateway_services.resync()
 
     async def stop(self) -> None:
         """Stop watching, writing and renewing; then hand the Lease back if held; close the connection."""
@@ -337,6 +374,14 @@ class KubernetesProvider:
         publish = self.options.publish_service
         if kind.kind == "Service" and publish is not None and publish[0] not in scopes:
             scopes.append(publish[0])
+        gateway_services = self.options.gateway_services is not None
+        if (
+            kind.kind == "EndpointSlice"
+            and gateway_services
+            and publish is not None
+            and publish[0] not in scopes
+        ):
+            scopes.append(publish[0])  # weir's pods, for the Gateways' Services
         return list(scopes)
 
     async def _synced(self, watchers: list[KindWatcher]) -> None:
@@ -387,6 +432,8 @@ class KubernetesProvider:
         snapshot = self.cache.snapshot()
         if self.selector_services is not None:
             self.selector_services.submit(snapshot.resources)
+        if self.gateway_services is not None:
+            self.gateway_services.submit(snapshot.resources)
         problem = self.election_problem
         if problem is None:
             return snapshot

@@ -37,6 +37,12 @@ class ChainNeeds:
     """
 
     mcp_tools: bool = False
+    #: The JWT requirements of the per-caller MCP tool policies of those routes (each the
+    #: providers of one route's policies, :class:`weir.xds.mcp.McpUse`).
+    mcp_jwt: frozenset[tuple[ir.McpJwtProvider, ...]] = frozenset()
+    #: An HTTPS server that lets in clients whose certificate it could not verify
+    #: (``AllowInsecureFallback``): client certificates prove nothing there.
+    unverified_certificates: bool = False
 
 
 def _none(needs: ChainNeeds) -> Sequence[Any]:

@@ -13,7 +13,9 @@ from weir.xds.filters import ChainNeeds, HttpFilterModule
 
 
 def _filters(needs: ChainNeeds) -> Sequence[Any]:
-    return mcp.http_filters() if needs.mcp_tools else ()
+    if not needs.mcp_tools:
+        return ()
+    return mcp.http_filters(needs.mcp_jwt, unverified_certificates=needs.unverified_certificates)
 
 
 def _access_logs(needs: ChainNeeds) -> Sequence[Any]:
