@@ -1,6 +1,6 @@
 """Providers read the API model and hand snapshots to the controller; they never import translation
 (data moves one way: what both need, such as the XBackend selector label and its status shapes,
-lives in weir.api)."""
+lives in weir.api, or beside it as weir.infrastructure, the per-Gateway Services' facts)."""
 
 from __future__ import annotations
 

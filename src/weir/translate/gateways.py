@@ -12,13 +12,14 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from weir import infrastructure
 from weir.api.core_v1 import Service
 from weir.api.gateway_v1 import GROUP, Gateway, GatewayClass, LabelSelector, Listener
 from weir.api.gateway_v1_listenerset import ListenerSet
 from weir.api.meta import KubeObject, ObjectKey
 from weir.features import supported_features
 from weir.resources import Resources
-from weir.translate import frontendtls, infrastructure, tls
+from weir.translate import frontendtls, tls
 from weir.translate import status as st
 from weir.translate.backendclientcert import gateway_client_certificate
 from weir.translate.certificates import CertificateProblem, listener_certificates
@@ -282,7 +283,7 @@ def published_addresses(
     ``None`` for the address listeners bind to.
 
     ``settings.gateway_addresses`` win; else, with ``settings.gateway_services``
-    (the per-Gateway Service mode, :mod:`weir.translate.infrastructure`), the
+    (the per-Gateway Service mode, :mod:`weir.infrastructure`), the
     Gateway's own Service; else the ``settings.publish_service`` Service. A
     Service gives its ``status.loadBalancer.ingress`` (``ip`` → ``IPAddress``,
     ``hostname`` → ``Hostname``), else its cluster IP (a Service without

@@ -58,7 +58,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from weir import ir
+from weir import infrastructure, ir
 from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1 import HTTPRoute
 from weir.api.gateway_v1_grpcroute import GRPCRoute
@@ -75,7 +75,6 @@ from weir.translate import (
     Surroundings,
     Translation,
     full_pass,
-    infrastructure,
     patched_listener,
 )
 from weir.translate.backends import BackendResolver
