@@ -37,7 +37,7 @@ _CODE_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 #: rendering the name.
 #:
 #: Kept: every stat ``/metrics`` reads (:data:`weir.telemetry.ENVOY_STATS_USED`,
-#: checked by ``tests/unit/test_bootstrap.py`` against real Envoy stat names),
+#: checked by ``tests/bootstrap/test_bootstrap.py`` against real Envoy stat names),
 #: and, for people and tests reading Envoy's admin ``/stats``: per cluster the
 #: request and connection totals, failures, timeouts and retries, the egress
 #: guard's refusals, RBAC counters and TLS handshakes and verification failures, SigV4
@@ -108,8 +108,9 @@ def keeps(name: str, kept: Sequence[tuple[str, str]] = STATS_KEPT) -> bool:
 
 
 #: Extensions Envoy must load at start for what weir serves over ADS: internal
-#: listeners (in-process, no socket), through which TCP listeners reach guarded
-#: upstreams (``weir.xds.build.TCP_EGRESS``). Without it Envoy rejects them.
+#: listeners (in-process, no socket), such as the one standing for an external
+#: hostname's denied addresses (``weir.xds.endpoints.EGRESS_DENIED``). Without
+#: it Envoy rejects them.
 BOOTSTRAP_EXTENSIONS: tuple[dict[str, Any], ...] = (
     {
         "name": "envoy.bootstrap.internal_listener",

@@ -112,7 +112,7 @@ FEATURES: Mapping[str, tuple[str, ...]] = {
 }
 
 #: Features weir implements only with ``weir run --kubernetes --gateway-services`` (the per-Gateway
-#: Service, :mod:`weir.translate.infrastructure`): without it there is nothing per Gateway for
+#: Service, :mod:`weir.infrastructure`): without it there is nothing per Gateway for
 #: ``spec.infrastructure`` to reach, so GatewayClasses do not claim them.
 GATEWAY_SERVICES_FEATURES: frozenset[str] = frozenset({"GatewayInfrastructurePropagation"})
 

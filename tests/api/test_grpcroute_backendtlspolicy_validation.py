@@ -28,7 +28,7 @@ spec:
 
 def problems(text: str) -> list[str]:
     _, found = load_text(text, "case.yaml")
-    # Each problem names its field's line (tests/unit/test_loader.py and test_yamlsource.py check
+    # Each problem names its field's line (tests/loader/test_loader.py and test_yamlsource.py check
     # those); these tables are about what is said, so problems read ``case.yaml:1:`` alike.
     return [re.sub(r"^case\.yaml:\d+:", "case.yaml:1:", str(p)) for p in found]
 

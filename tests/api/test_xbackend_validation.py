@@ -619,7 +619,7 @@ def run_validate(tmp_path: Path, manifest: dict[str, Any]) -> tuple[int, Path, l
     path = tmp_path / "xbackend.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
     result = runner.invoke(app, ["validate", "-f", str(path)])
-    # Each error names the line of its field (tests/unit/test_loader.py and test_yamlsource.py
+    # Each error names the line of its field (tests/loader/test_loader.py and test_yamlsource.py
     # check those); here the table is about what is said, so errors read ``{path}:1:`` alike.
     errors = [
         re.sub(rf"^{re.escape(str(path))}:\d+:", f"{path}:1:", line.removeprefix("error: "))
@@ -885,12 +885,6 @@ def test_an_endpoint_selector_name_the_headless_service_cannot_carry_is_warned(
         f"for this name ({why}), so the backend gets no endpoints there: rename the XBackend "
         "to a DNS label of at most 63 characters"
     ]
-
-
-def test_the_selector_label_is_the_one_the_headless_service_carries() -> None:
-    from weir.translate.backends import SELECTOR_SERVICE_LABEL
-
-    assert xbackend_v1alpha1.SELECTOR_LABEL == SELECTOR_SERVICE_LABEL
 
 
 def test_an_external_hostname_xbackend_of_any_valid_name_is_not_warned(tmp_path: Path) -> None:

@@ -1744,7 +1744,7 @@ spec:
         # A header named twice in one match (spelled differently: the API server refuses the same
         # spelling twice, headers being a list-map keyed by name): only the first entry counts
         # (HTTPRouteMatch.headers). Query parameter names are case-sensitive, so an exact repeat is
-        # the only repeat, and the API server refuses it (tests/unit/test_loader.py). Suite's own name.
+        # the only repeat, and the API server refuses it (tests/loader/test_loader.py). Suite's own name.
         """
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute

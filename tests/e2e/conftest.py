@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from weir_harness import Weir, stopped_after
 
-from weir.testkit import DnsStub
+from weir.testkit import DnsStub, free_port
 
 
 @pytest.fixture
@@ -33,3 +34,19 @@ async def dns() -> AsyncIterator[DnsStub]:
     """A DNS stub on loopback with an empty table (a test file may override it with its own)."""
     async with DnsStub() as stub:
         yield stub
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """The (empty) manifests folder weir serves: ``tmp_path/manifests``."""
+    path = tmp_path / "manifests"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+async def weir(folder: Path, dns: DnsStub) -> AsyncIterator[Weir]:
+    """weir serving ``folder`` with real Envoy, resolving through ``dns``; stopped, with its Envoys,
+    after the test (a test file may override it with its own)."""
+    async with stopped_after(Weir(folder, dns, free_port())) as harness:
+        yield harness

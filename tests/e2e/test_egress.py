@@ -45,13 +45,6 @@ DENIED_REASON = f"{FORBIDDEN_IP}/32"
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    path = tmp_path / "manifests"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 async def weir(folder: Path, dns: DnsStub) -> AsyncIterator[Weir]:
     harness = Weir(folder, dns, free_port())
     try:

@@ -15,14 +15,12 @@ import json
 import ssl
 import textwrap
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from cryptography import x509
-from weir_harness import Weir, eventually, stopped_after
+from weir_harness import Weir, eventually
 
 from echo_tcp import EchoServer
 from weir.testkit import (
@@ -45,14 +43,6 @@ XB = "gateway.networking.x-k8s.io"
 def ca() -> CertAuthority:
     """The CA of the gateway's certificates (what clients of the gateway trust)."""
     return make_ca("gateway CA")
-
-
-@pytest.fixture
-async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
-    folder = tmp_path / "manifests"
-    folder.mkdir()
-    async with stopped_after(Weir(folder, dns, free_port())) as harness:
-        yield harness
 
 
 # --------------------------------------------------------------------------

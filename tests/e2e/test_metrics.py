@@ -22,13 +22,11 @@ import os
 import signal
 import socket
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive, stopped_after
+from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, Weir, eventually, indent_pem, pid_alive
 
 from weir import __version__
 from weir.metrics import parse
@@ -37,7 +35,6 @@ from weir.testkit import (
     DnsStub,
     RecordingUpstream,
     UpstreamResponse,
-    free_port,
     make_ca,
     server_ssl_context,
 )
@@ -47,14 +44,6 @@ SERVICE_IP = "127.0.0.3"
 XB = "gateway.networking.x-k8s.io"
 
 Series = tuple[str, tuple[tuple[str, str], ...]]
-
-
-@pytest.fixture
-async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
-    folder = tmp_path / "manifests"
-    folder.mkdir()
-    async with stopped_after(Weir(folder, dns, free_port())) as harness:
-        yield harness
 
 
 async def scrape(weir: Weir) -> tuple[str, dict[Series, float]]:

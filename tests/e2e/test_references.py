@@ -11,15 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from weir_harness import GATEWAY_HEAD, Weir, eventually, stopped_after
+from weir_harness import GATEWAY_HEAD, Weir, eventually
 
-from weir.testkit import DnsStub, RecordingUpstream, free_port
+from weir.testkit import DnsStub, RecordingUpstream
 
 API_HOST = "api.example.test"
 EXTERNAL_IP = "127.0.0.2"
@@ -34,14 +33,6 @@ async def dns() -> AsyncIterator[DnsStub]:
     async with DnsStub() as stub:
         stub.set(API_HOST, [EXTERNAL_IP])
         yield stub
-
-
-@pytest.fixture
-async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
-    folder = tmp_path / "manifests"
-    folder.mkdir()
-    async with stopped_after(Weir(folder, dns, free_port())) as harness:
-        yield harness
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from weir_harness import (
     indent_pem,
     pid_alive,
     services_manifests,
-    stopped_after,
 )
 
 from weir.controller import Controller, Options
@@ -46,14 +45,6 @@ API_HOST = "api.example.test"
 @pytest.fixture
 def ca() -> CertAuthority:
     return make_ca("e2e CA")
-
-
-@pytest.fixture
-async def weir(tmp_path: Path, dns: DnsStub) -> AsyncIterator[Weir]:
-    folder = tmp_path / "manifests"
-    folder.mkdir()
-    async with stopped_after(Weir(folder, dns, free_port())) as harness:
-        yield harness
 
 
 def xbackend_manifests(port: int, upstream_port: int, ca_pem: str, *, name: str = "api") -> str:

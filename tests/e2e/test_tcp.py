@@ -35,13 +35,6 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    path = tmp_path / "manifests"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def port() -> int:
     """A port free on the allowed and the forbidden address alike (DNS names carry no port)."""
     for _ in range(20):

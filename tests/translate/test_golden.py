@@ -1,10 +1,13 @@
 """Golden tests at the translate boundary: ``NAME.in.yaml`` → ``NAME.out.yaml`` (status + IR).
 
+The IR is written without the fields at their defaults (:func:`weir.ir.to_data`'s ``omit_defaults``).
+
 Regenerate with ``WEIR_UPDATE_GOLDEN=1 pytest tests/translate``; review the diff.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -32,14 +35,15 @@ def render(name: str) -> str:
     result = translate(Resources.from_objects(item.object for item in loaded), SETTINGS)
     data = {
         "status": {str(key): _without_features(value) for key, value in result.statuses.items()},
-        "ir": ir.to_data(result.ir),
+        # Fields at their defaults left out: a new IR field changes no golden until a case sets it.
+        "ir": ir.to_data(result.ir, omit_defaults=True),
     }
     return yaml_text(data, width=100)
 
 
 def _without_features(status: dict[str, Any]) -> dict[str, Any]:
     """A GatewayClass's ``supportedFeatures`` is the one constant list of :mod:`weir.features`
-    (tests/unit/test_features.py): left out here, so that each golden shows what its input decides."""
+    (tests/features/test_features.py): left out here, so that each golden shows what its input decides."""
     if status.get("supportedFeatures") == [{"name": n} for n in SUPPORTED_FEATURES]:
         return {k: v for k, v in status.items() if k != "supportedFeatures"}
     return status
@@ -62,3 +66,12 @@ def test_deterministic(name: str) -> None:
 
 def test_there_are_cases() -> None:
     assert len(CASES) >= 8
+
+
+def test_goldens_leave_out_fields_at_their_defaults() -> None:
+    upstream = ir.Upstream("service/default/web/80", ir.StaticEndpoints(()), ir.UpstreamProtocol.HTTP1)
+    full = ir.to_data(upstream)
+    short = ir.to_data(upstream, omit_defaults=True)
+    assert set(short) < set(full) and "websocket" in full and "websocket" not in short
+    assert short["name"] == "service/default/web/80"  # fields without a default always stay
+    assert ir.to_data(dataclasses.replace(upstream, websocket=True), omit_defaults=True)["websocket"]

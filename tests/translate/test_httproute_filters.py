@@ -26,7 +26,7 @@ spec:
 def problems(rules: str) -> list[str]:
     loaded, found = load_text(ROUTE + rules, "case.yaml")
     assert bool(loaded) != bool(found)
-    # Each problem names its field's line (tests/unit/test_loader.py and test_yamlsource.py check
+    # Each problem names its field's line (tests/loader/test_loader.py and test_yamlsource.py check
     # those); these tables are about what is said, so problems read ``case.yaml:1:`` alike.
     return [re.sub(r"^case\.yaml:\d+: HTTPRoute default/web: ", "", str(p)) for p in found]
 

@@ -423,7 +423,7 @@ def test_conditions_are_frozen_values() -> None:
 
 def test_xbackend_status_reshaped_for_the_installed_crd() -> None:
     """A provider whose CRD has the other shape writes the status in the CRD's keys, never both."""
-    from weir.translate.status import reshape_xbackend_status
+    from weir.api.xbackend_v1alpha1 import reshape_xbackend_status
 
     ref = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "n", "name": "gw"}
     ours = {"controllerName": "weir.dev/gateway", "parentRef": ref, "conditions": []}

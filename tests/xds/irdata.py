@@ -70,7 +70,7 @@ def _convert_union(args: tuple[Any, ...], value: Any, where: str) -> Any:
 
 def _convert_dataclass(tp: Any, value: Any, where: str) -> Any:
     _expect(isinstance(value, Mapping), where, "a mapping")
-    hints = get_type_hints(tp, vars(ir))
+    hints = get_type_hints(tp)  # resolved in the module that defines tp (weir.ir.routing ...)
     keys = {_camel(f.name): f.name for f in dataclasses.fields(tp)}
     unknown = set(value) - set(keys) - {"type"}
     _expect(not unknown, where, f"no unknown keys (got {sorted(unknown)})")

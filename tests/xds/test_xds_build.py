@@ -104,7 +104,7 @@ def test_no_egress_detour_even_when_a_tcp_listener_is_guarded() -> None:
     guarded = dataclasses.replace(plain, egress_guard=ir.EgressGuard(("10.0.0.0/8",)))
     resources = xds_build.build(ir.IR(listeners=(listener,), upstreams=(guarded,)))
     names = {name for by_name in resources.values() for name in by_name}
-    assert xds_build.TCP_EGRESS not in names and xds_build.MIRROR_EGRESS not in names
+    assert "weir-tcp-egress" not in names and "weir-mirror-egress" not in names
     assert not resources[ROUTE]
     cluster = resources[CLUSTER][plain.name]
     assert cluster.type == cluster.EDS and not cluster.typed_extension_protocol_options

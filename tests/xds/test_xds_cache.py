@@ -135,7 +135,6 @@ def test_holds_only_what_the_last_build_used() -> None:
         "clusters": 10,
         "secrets": 0,
         "listeners": 2,
-        "tcp_egress": 0,
         "routes": 10,
     }
     small = {i: r for i, r in routes.items() if i < 4}

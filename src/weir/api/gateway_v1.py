@@ -251,7 +251,7 @@ class LocalParametersReference(Model):
 class GatewayInfrastructure(Model):
     """``spec.infrastructure``, validated as the API server does: labels and annotations for what
     the implementation creates for the Gateway (with ``--gateway-services``, the Gateway's Service:
-    :mod:`weir.translate.infrastructure`; by default weir creates nothing per Gateway), and
+    :mod:`weir.infrastructure`; by default weir creates nothing per Gateway), and
     parameters of its own (weir reads none: see :mod:`weir.translate.gateways` for the
     ``InvalidParameters`` refusal)."""
 

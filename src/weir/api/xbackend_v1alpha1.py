@@ -23,7 +23,9 @@ its intent and says so at the rule. See ``docs/xbackend.md``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
@@ -33,6 +35,7 @@ from pydantic_core import PydanticCustomError
 from weir.api.cel import CelChecked, CelModel, CelRule
 from weir.api.gateway_v1 import ParentReference, SecretObjectReference
 from weir.api.meta import (
+    MAX_PARENTS,
     Condition,
     GatewayController,
     Hostname,
@@ -367,9 +370,9 @@ SCHEMAS: dict[Shape, ShapeSchema] = {
 }
 
 
-#: The label the headless Service of an EndpointSelector XBackend carries (value: the XBackend's
-#: name); the same string as ``weir.translate.backends.SELECTOR_SERVICE_LABEL``, which the API
-#: layer does not import (a test keeps them equal).
+#: The label that ties a Service to the EndpointSelector XBackend it serves (value: the XBackend's
+#: name): in a cluster, the headless Service made for the XBackend (its EndpointSlices carry it
+#: too). Read by translation (the XBackend's endpoints) and written by the Kubernetes provider.
 SELECTOR_LABEL = "weir.dev/xbackend"
 _LABEL_VALUE_MAX = 63
 #: What a Service name made from ``generateName: <name>-`` needs of ``<name>`` (DNS-1035 label).
@@ -441,3 +444,29 @@ class XBackend(CelChecked, KubeObject):
                     )
                 )
         return tuple(found)
+
+
+#: An XBackend's status list and reference keys in each shape of its CRD (v1.6, upstream main).
+XBACKEND_STATUS_KEYS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {shape: (schema.status_list, schema.status_ref) for shape, schema in SCHEMAS.items()}
+)
+
+
+def reshape_xbackend_status(status: Mapping[str, Any], shape: str) -> dict[str, Any]:
+    """An XBackend ``status`` (as translation writes it, in the object's shape) in ``shape``'s keys.
+
+    For a provider whose installed CRD has the other shape than the object
+    as read (Kubernetes discovers it from the CRD's schema): a server with
+    main's CRD silently drops ``status.parents``, one with v1.6's drops
+    ``status.ancestors``. The result has only ``shape``'s list, never both.
+    """
+    to_list, to_ref = XBACKEND_STATUS_KEYS[shape]
+    out = {k: v for k, v in status.items() if k not in ("parents", "ancestors")}
+    entries: list[Any] = []
+    for from_list, from_ref in XBACKEND_STATUS_KEYS.values():
+        for entry in status.get(from_list) or ():
+            if isinstance(entry, dict) and from_ref in entry:
+                entry = {(to_ref if k == from_ref else k): v for k, v in entry.items()}
+            entries.append(entry)
+    out[to_list] = entries[:MAX_PARENTS]
+    return out

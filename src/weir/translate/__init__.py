@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import GatewayClass
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import egress
@@ -25,7 +24,6 @@ from weir.translate.backends import BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
     ListenerContext,
-    RouteEntry,
     accepted_classes,
     gateway_contexts,
     gateway_status,
@@ -34,9 +32,10 @@ from weir.translate.gateways import (
 from weir.translate.grpcroutes import KindConflicts, kind_conflicts, translate_grpc_routes
 from weir.translate.routes import RouteUnit, place_unit, translate_http_routes
 from weir.translate.settings import Settings
-from weir.translate.tcproutes import tcp_backends, translate_tcp_routes, translate_udp_routes
+from weir.translate.tcproutes import translate_tcp_routes, translate_udp_routes
 from weir.translate.tlslisteners import https_server, tls_listener
 from weir.translate.tlsroutes import translate_tls_routes
+from weir.translate.users import xbackend_users
 from weir.translate.virtualhosts import Owners, claimed, owned_virtual_hosts, patched_virtual_hosts
 
 __all__ = [
@@ -83,8 +82,9 @@ class Surroundings:
     ``http_sockets`` and ``tls_sockets``: the listeners of each socket that
     serves HTTP, or TLS (HTTPS among them; see :func:`routed_listener`).
     ``egress``: the policy inputs (Gateway → class, class → policy, the
-    policy of unused XBackends). ``refused``: upstreams the egress policy
-    refused, and the secrets only they used. ``conflicts``: where HTTPRoutes
+    policy of unused XBackends; users are each patch's own). ``refused``:
+    XBackends the egress policy refused, and the secrets resolved for them.
+    ``conflicts``: where HTTPRoutes
     and GRPCRoutes met (an edited HTTPRoute that meets a GRPCRoute needs a
     full pass).
     """
@@ -93,8 +93,8 @@ class Surroundings:
     other: RouteTable
     http_sockets: dict[tuple[str, int], list[ListenerContext]]
     tls_sockets: dict[tuple[str, int], list[ListenerContext]]
-    egress: tuple[dict[ObjectKey, str], dict[str, egress.ClassPolicy], egress.ClassPolicy]
-    refused: frozenset[str]
+    egress: egress.EgressPolicy
+    refused: frozenset[ObjectKey]
     refused_secrets: frozenset[str]
     conflicts: KindConflicts = field(default_factory=KindConflicts)
 
@@ -113,9 +113,24 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
     """Translate ``resources`` from scratch (:func:`translate`), keeping the intermediate results."""
     classes, statuses = accepted_classes(resources, settings)
     gateways = gateway_contexts(resources, settings, classes)
-    resolver = BackendResolver(resources, settings)
     table = RouteTable()
     conflicts = kind_conflicts(resources, gateways)  # HTTPRoutes and GRPCRoutes sharing hostnames
+    # An XBackend's egress policy depends on all its users: found first, so that resolving a
+    # route's backends decides it (weir.translate.users).
+    policy = egress.egress_policy(
+        resources,
+        settings,
+        classes,
+        {ctx.gateway.key: ctx.gateway.spec.gateway_class_name for ctx in gateways},
+    )
+    users, attached = xbackend_users(resources, gateways, conflicts)
+    no_users: frozenset[ObjectKey] = frozenset()
+    resolver = BackendResolver(
+        resources,
+        settings,
+        dataclasses.replace(policy, users=lambda key: users.get(key, no_users), complete=True),
+    )
+    # The routes the users pre-pass attached are not attached again.
     units = translate_http_routes(
         resources,
         gateways,
@@ -123,25 +138,24 @@ def full_pass(resources: Resources, settings: Settings) -> Pass:
         settings.controller_name,
         request_timeout_ms=settings.request_timeout_ms,
         lost=conflicts.lost,
+        attached=attached,
     )
     for unit in units:
         place_unit(unit, table)
         if unit.status is not None:
             statuses[unit.key] = unit.status
     other = RouteTable()
-    statuses.update(
-        translate_grpc_routes(resources, gateways, resolver, settings.controller_name, other, conflicts)
-    )
-    statuses.update(translate_tcp_routes(resources, gateways, resolver, settings.controller_name, other))
-    statuses.update(translate_udp_routes(resources, gateways, resolver, settings.controller_name, other))
-    statuses.update(translate_tls_routes(resources, gateways, resolver, settings.controller_name, other))
+    name = settings.controller_name
+    statuses.update(translate_grpc_routes(resources, gateways, resolver, name, other, conflicts, attached))
+    statuses.update(translate_tcp_routes(resources, gateways, resolver, name, other, attached))
+    statuses.update(translate_udp_routes(resources, gateways, resolver, name, other))
+    statuses.update(translate_tls_routes(resources, gateways, resolver, name, other, attached))
     table.upstreams.update(other.upstreams)
     table.secrets.update(other.secrets)
     table.tcp.update(other.tcp)
     table.udp.update(other.udp)
-    # After every kind of route has resolved its backends: the policy depends on all users.
-    policy = _egress_inputs(resources, settings, classes, gateways)
-    refused, refused_secrets = _apply_egress_policy(policy, gateways, resolver, table)
+    refused = frozenset(resolver.refused)
+    refused_secrets = frozenset(secret.name for secrets in resolver.refused.values() for secret in secrets)
     statuses.update(resolver.xbackend_statuses(settings.controller_name))
     statuses.update(resolver.tls_policies.statuses(settings.controller_name))
     statuses.update(resolver.credential_policies.statuses(settings.controller_name))
@@ -277,118 +291,3 @@ def _http_listener(socket: tuple[str, int], listeners: list[ListenerContext]) ->
         port=port,
         virtual_hosts=tuple(sorted(virtual_hosts, key=lambda v: v.name)),
     )
-
-
-EgressInputs = tuple[dict[ObjectKey, str], dict[str, egress.ClassPolicy], egress.ClassPolicy]
-
-
-def _egress_inputs(
-    resources: Resources, settings: Settings, classes: set[str], gateways: list[GatewayContext]
-) -> EgressInputs:
-    """What the egress policy of an XBackend is made of: each Gateway's class, each class's policy,
-    and the policy of XBackends no Gateway uses."""
-    policies = {
-        name: egress.class_policy(resources, settings, resources.get(GatewayClass, "", name))
-        for name in sorted(classes)
-    }
-    gateway_classes = {ctx.gateway.key: ctx.gateway.spec.gateway_class_name for ctx in gateways}
-    return gateway_classes, policies, egress.class_policy(resources, settings, None)
-
-
-def _apply_egress_policy(
-    policy: EgressInputs,
-    gateways: list[GatewayContext],
-    resolver: BackendResolver,
-    table: RouteTable,
-) -> tuple[frozenset[str], frozenset[str]]:
-    """Give each external upstream its egress guard; drop those the policy refuses.
-
-    A refused XBackend is treated like one whose TLS settings do not load:
-    its share of requests is answered 500 and its own status says why.
-    Returns the refused upstreams and the secrets that were resolved for them.
-    """
-    settled = resolver.apply_egress_policy(*policy)
-    refused: set[str] = set()
-    orphans: set[str] = set()
-    for name, (upstream, secrets) in settled.items():
-        if upstream is not None:
-            table.upstreams[name] = upstream
-            continue
-        refused.add(name)
-        table.upstreams.pop(name, None)
-        orphans.update(secret.name for secret in secrets)
-    # No token can be had from a refused token endpoint: the upstreams needing it are refused too.
-    for name, upstream in list(table.upstreams.items()):
-        if upstream.oauth2 is not None and upstream.oauth2.token_upstream in refused:
-            refused.add(name)
-            del table.upstreams[name]
-    if not refused:
-        return frozenset(), frozenset()
-    in_use = {
-        ref
-        for upstream in table.upstreams.values()
-        if upstream.tls is not None
-        for ref in (upstream.tls.trusted_ca, upstream.tls.client_certificate)
-        if ref is not None
-    }
-    in_use |= {u.credential.secret for u in table.upstreams.values() if u.credential is not None}
-    in_use |= {u.oauth2.client_secret for u in table.upstreams.values() if u.oauth2 is not None}
-    for secret_name in orphans - in_use:
-        table.secrets.pop(secret_name, None)
-    for by_domain in [lc.routes for ctx in gateways for lc in ctx.listeners]:
-        for entries in by_domain.values():
-            entries[:] = [_entry_without_upstreams(entry, refused) for entry in entries]
-    for socket, backends in table.tcp.items():
-        table.tcp[socket] = _without_tcp_upstreams(backends, refused)
-    for ctx in gateways:
-        for lc in ctx.listeners:
-            for server_name, backends in lc.relays.items():
-                lc.relays[server_name] = _without_tcp_upstreams(backends, refused)
-    return frozenset(refused), frozenset(orphans)
-
-
-def _entry_without_upstreams(entry: RouteEntry, refused: set[str]) -> RouteEntry:
-    """``entry`` itself when its route uses nothing ``refused``, else with that route's replacement."""
-    route = _without_upstreams(entry[1], refused)
-    return entry if route is entry[1] else (entry[0], route)
-
-
-def _without_tcp_upstreams(
-    backends: tuple[ir.WeightedBackend, ...], refused: set[str]
-) -> tuple[ir.WeightedBackend, ...]:
-    """Relayed connections' ``backends`` with those in ``refused`` turned into closed shares."""
-    weights: dict[str | None, int] = {}
-    for backend in backends:
-        kept = None if backend.upstream in refused else backend.upstream
-        weights[kept] = weights.get(kept, 0) + backend.weight
-    return tcp_backends(weights)
-
-
-def _without_upstreams(route: ir.Route, refused: set[str]) -> ir.Route:
-    """``route`` with the backends in ``refused`` turned into failed ones (their share: the route's
-    ``unresolved_status``).
-
-    Mirrors to a refused upstream are dropped (a mirror's failure is never the client's).
-    """
-    action = route.action
-    if not isinstance(action, ir.Forward):
-        return route
-    mirrors = tuple(m for m in action.mirrors if m.upstream not in refused)
-    if not any(b.upstream in refused for b in action.backends):
-        if mirrors == action.mirrors:
-            return route
-        return dataclasses.replace(route, action=dataclasses.replace(action, mirrors=mirrors))
-    weights: dict[tuple[str | None, ir.HeaderEdits | None, ir.HeaderEdits | None], int] = {}
-    for backend in action.backends:
-        name = None if backend.upstream in refused else backend.upstream
-        key = (name, backend.request_headers, backend.response_headers)
-        weights[key] = weights.get(key, 0) + backend.weight
-    if all(name is None for name, _, _ in weights):
-        return dataclasses.replace(route, action=ir.DirectResponse(action.unresolved_status))
-    backends = tuple(
-        ir.WeightedBackend(name, weight, request_headers=req, response_headers=resp)
-        for (name, req, resp), weight in sorted(
-            weights.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or "", repr(kv[0][1:]))
-        )
-    )
-    return dataclasses.replace(route, action=dataclasses.replace(action, backends=backends, mirrors=mirrors))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from weir import ir
@@ -65,6 +66,11 @@ class RouteParent:
     @property
     def listeners(self) -> list[ListenerContext]:
         return [a.listener for a in self.attachments]
+
+
+#: No route attached in advance: the default of each kind's ``attached`` (see
+#: :func:`weir.translate.users.xbackend_users`).
+NONE_ATTACHED: Mapping[ObjectKey, list[RouteParent]] = MappingProxyType({})
 
 
 def route_parents(

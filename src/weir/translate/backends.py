@@ -1,7 +1,10 @@
 """Backend references: Services (through EndpointSlices) and XBackends, to IR upstreams.
 
 A :class:`BackendResolver` lives for one translation. It resolves each
-``backendRef`` of a route, evaluates every XBackend once, and remembers which
+``backendRef`` of a route, evaluates every XBackend once, decides its egress
+guard (or its refusal) from the policies of the Gateways that use it
+(:class:`weir.translate.egress.EgressPolicy`, who uses what being known
+before resolution: :mod:`weir.translate.users`), and remembers which
 Gateways use which XBackend so that the XBackend's ``status.parents`` can be
 written per Gateway.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +23,7 @@ from weir.api.gateway_v1 import GROUP as GATEWAY_GROUP
 from weir.api.gateway_v1 import BackendRef, Gateway
 from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import GROUP as XBACKEND_GROUP
-from weir.api.xbackend_v1alpha1 import XBackend
+from weir.api.xbackend_v1alpha1 import SELECTOR_LABEL, XBACKEND_STATUS_KEYS, XBackend
 from weir.resources import Resources
 from weir.translate import egress, tls
 from weir.translate import status as st
@@ -75,6 +78,16 @@ class Resolved:
     unusable: str = ""
     #: The session persistence an XBackendTrafficPolicy asks of requests to this backend.
     session: ir.SessionAffinity | None = None
+    #: The egress policy refuses the XBackend (its own status says why). ``upstream`` is what it
+    #: would be: the route is built as with a usable backend (timeouts, sessions, its status),
+    #: but that backend's share fails (500, closed connections), a mirror to it is dropped, and
+    #: neither the upstream nor its secrets go into the IR. So too when the egress policy refuses
+    #: the token endpoint of the backend's OAuth2 credential (whose status says why): no token can
+    #: be had, and requests are never sent without it.
+    refused: bool = False
+    #: The upstream of the token endpoint of the backend's OAuth2 credential (its XBackend, with the
+    #: egress decision for the route's Gateways), to be served with it: no route names it.
+    token_upstream: ir.Upstream | None = None
 
 
 def no_usable_backend(index: int, unusable: list[str], any_usable: bool, outcome: str) -> RefFailure | None:
@@ -103,11 +116,22 @@ class XBackendVerdict:
 
 
 class BackendResolver:
-    def __init__(self, resources: Resources, settings: Settings) -> None:
+    def __init__(
+        self, resources: Resources, settings: Settings, egress_policy: egress.EgressPolicy | None = None
+    ) -> None:
         self._resources = resources
         self._settings = settings
+        #: Decides each external XBackend's guard when a route resolves it (default: no Gateway
+        #: class is known, every XBackend gets weir's own policy).
+        self.egress = egress_policy or egress.egress_policy(resources, settings, (), {})
         self._xbackends: dict[ObjectKey, XBackendVerdict] = {}
         self._xbackend_users: dict[ObjectKey, set[ObjectKey]] = defaultdict(set)
+        #: Per (XBackend, Gateways of the resolving route): the verdict with the egress decision.
+        self._decisions: dict[tuple[ObjectKey, frozenset[ObjectKey]], XBackendVerdict] = {}
+        #: Per XBackend: the last decided verdict, the one its status shows.
+        self._decided: dict[ObjectKey, XBackendVerdict] = {}
+        #: XBackends the egress policy refused, with the secrets their own evaluation resolved.
+        self.refused: dict[ObjectKey, tuple[ir.Secret, ...]] = {}
         #: XBackends whose verdict is being made (an OAuth2 token endpoint must not need itself).
         self._evaluating: set[ObjectKey] = set()
         self.tls_policies = BackendTLSPolicies(resources, settings)
@@ -138,40 +162,11 @@ class BackendResolver:
         parents in the status of a referenced XBackend, and ancestors in the
         status of the BackendTLSPolicy of a referenced Service.
         """
+        failure = reference_failure(self._resources, route_kind, route_namespace, ref)
+        if failure is not None:
+            return failure
         namespace = ref.namespace or route_namespace
-        target = f"{ref.kind} {namespace}/{ref.name}"
-        if (ref.group, ref.kind) == ("", "Service"):
-            kind_group = ""
-        elif (ref.group, ref.kind) == (XBACKEND_GROUP, "XBackend"):
-            kind_group = XBACKEND_GROUP
-        else:
-            return RefFailure(
-                st.R_INVALID_KIND,
-                f"backendRef kind {ref.group or 'core'}/{ref.kind} is not supported; "
-                f"use a Service or a {XBACKEND_GROUP} XBackend",
-            )
-        if ref.kind in self._resources.unserved:
-            return RefFailure(
-                st.R_INVALID_KIND,
-                f"backendRef kind {ref.group}/{ref.kind} is not served by this cluster (its CRD is not "
-                "installed); install the experimental Gateway API CRDs, or refer to a Service",
-            )
-        if not reference_permitted(
-            self._resources,
-            from_group=GATEWAY_GROUP,
-            from_kind=route_kind,
-            from_namespace=route_namespace,
-            to_group=kind_group,
-            to_kind=ref.kind,
-            to_namespace=namespace,
-            to_name=ref.name,
-        ):
-            return RefFailure(
-                st.R_REF_NOT_PERMITTED,
-                f"{target} is in another namespace and no ReferenceGrant in {namespace} "
-                f"allows {route_kind}s from {route_namespace} to refer to it",
-            )
-        if kind_group == "":
+        if ref.kind == "Service":
             return self._service(route_kind, namespace, ref, gateways)
         return self._xbackend(route_kind, namespace, ref, gateways)
 
@@ -217,6 +212,9 @@ class BackendResolver:
         if route_kind not in RAW_ROUTE_KINDS:
             applied_credential = self.credential_policies.for_service_port(svc, port, gateways)
             traffic = self.traffic_policies.for_service(svc, gateways)
+        token = applied_credential.verdict.token_endpoint if applied_credential is not None else None
+        if token is not None:  # the token endpoint is used by the same Gateways (their egress guard)
+            self._xbackend_users[token].update(gateways)
         applied = self.tls_policies.for_port(svc, port, gateways)
         upstream_tls: ir.UpstreamTLS | None = None
         secrets: tuple[ir.Secret, ...] = ()
@@ -278,7 +276,10 @@ class BackendResolver:
                 return Resolved(None, unusable=why)
             upstream, more = with_credential
             secrets = (*secrets, *more)
-        return Resolved(upstream, secrets, streaming=websocket, session=traffic.session if traffic else None)
+        session = traffic.session if traffic else None
+        return self._with_token_endpoint(
+            Resolved(upstream, secrets, websocket, session=session), token, gateways
+        )
 
     def _with_credential(
         self, upstream: ir.Upstream, applied: AppliedCredential, gateways: set[ObjectKey]
@@ -309,6 +310,29 @@ class BackendResolver:
         self._xbackend_users[key].update(gateways)
         return applied.apply(upstream, token.upstream), (*applied.secrets, *token.secrets)
 
+    def _with_token_endpoint(
+        self, resolved: Resolved, token: ObjectKey | None, gateways: set[ObjectKey]
+    ) -> Resolved:
+        """``resolved`` with the upstream of ``token``, the token endpoint of its OAuth2 credential,
+        decided for ``gateways`` as if their routes named it (its users include them: the users
+        pre-pass, :mod:`weir.translate.users`, counts them).
+
+        When the egress policy refuses the token endpoint no token can be had: ``resolved`` is
+        then refused too (its share fails, nothing of it goes into the IR; never sent without its
+        token), and the token endpoint's status says why.
+        """
+        upstream = resolved.upstream
+        if token is None or upstream is None or upstream.oauth2 is None or resolved.refused:
+            return resolved
+        verdict = self._xbackends.get(token)  # evaluated when the credential was applied
+        if verdict is None or verdict.upstream is None:
+            return resolved
+        if isinstance(verdict.upstream.destination, ir.DnsName):
+            verdict = self._decide(token, verdict, gateways)
+            if verdict.upstream is None:
+                return dataclasses.replace(resolved, refused=True)
+        return dataclasses.replace(resolved, token_upstream=verdict.upstream)
+
     def _gateway_client_certificates(self, gateways: set[ObjectKey]) -> list[ir.TlsCertificate]:
         """The distinct client certificates ``gateways`` present to TLS backends (their
         ``spec.tls.backend``; a reference that does not resolve presents none)."""
@@ -325,42 +349,9 @@ class BackendResolver:
     def _xbackend(
         self, route_kind: str, namespace: str, ref: BackendRef, gateways: set[ObjectKey]
     ) -> Resolved | RefFailure:
-        xb = self._resources.get(XBackend, namespace, ref.name)
-        if xb is None:
-            return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
-        if route_kind == UDP_ROUTE:
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} cannot take UDP: XBackends speak TCP-based protocols "
-                "(external UDP egress is not guarded by weir); use a Service",
-            )
-        if ref.port is not None and ref.port != xb.spec.port_number:
-            return RefFailure(
-                st.R_BACKEND_NOT_FOUND,
-                f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
-                f"port {xb.spec.port_number}; omit the port or make them equal",
-            )
-        if route_kind == "GRPCRoute" and not _carries_grpc(xb):
-            protocol = xb.spec.protocol or "unset (HTTP)"
-            mode = xb.spec.tls.mode if xb.spec.tls else "None"
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol {protocol} with tls.mode {mode}, which cannot "
-                "carry gRPC: gRPC needs HTTP/2; set the protocol to HTTP2 (or H2C in plaintext)",
-            )
-        if route_kind in RAW_ROUTE_KINDS and xb.spec.protocol != "TCP":
-            protocol = xb.spec.protocol or "unset (HTTP)"
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol {protocol}, which a {route_kind} cannot use; "
-                f"a {route_kind} relays raw bytes: set the XBackend's protocol to TCP, or use an HTTPRoute",
-            )
-        if route_kind not in RAW_ROUTE_KINDS and xb.spec.protocol == "TCP":
-            return RefFailure(
-                st.R_UNSUPPORTED_PROTOCOL,
-                f"XBackend {namespace}/{ref.name} has protocol TCP, which an HTTPRoute cannot use; "
-                "use a TCPRoute on a TCP listener",
-            )
+        xb = usable_xbackend(self._resources, route_kind, namespace, ref)
+        if isinstance(xb, RefFailure):
+            return xb
         self._xbackend_users[xb.key].update(gateways)
         # The Gateways become ancestors of the policies; the verdict applies them (once per XBackend).
         credential = self.credential_policies.for_xbackend(xb, gateways)
@@ -370,18 +361,58 @@ class BackendResolver:
         self.mcp_policies.for_xbackend(xb, gateways)
         traffic = self.traffic_policies.for_xbackend(xb, gateways)
         verdict = self.xbackend_verdict(xb)
+        streaming = xb.spec.protocol in STREAMING_PROTOCOLS
+        session = traffic.session if traffic else None
+        if verdict.upstream is not None and isinstance(verdict.upstream.destination, ir.DnsName):
+            decided = self._decide(xb.key, verdict, gateways)
+            if decided.upstream is None:
+                return Resolved(verdict.upstream, verdict.secrets, streaming, session=session, refused=True)
+            verdict = decided
         why = ""
         if verdict.upstream is None:
             failed = next((c for c in verdict.conditions if not c[1]), None)
             detail = f"{failed[0]}=False, {failed[2]}: {failed[3]}" if failed else "see its status"
             why = f"XBackend {namespace}/{ref.name} is refused ({detail})"
-        return Resolved(
-            verdict.upstream,
-            verdict.secrets,
-            streaming=xb.spec.protocol in STREAMING_PROTOCOLS,
-            unusable=why,
-            session=traffic.session if traffic else None,
+        resolved = Resolved(
+            verdict.upstream, verdict.secrets, streaming=streaming, unusable=why, session=session
         )
+        return self._with_token_endpoint(resolved, token, gateways)
+
+    def _decide(self, key: ObjectKey, verdict: XBackendVerdict, gateways: set[ObjectKey]) -> XBackendVerdict:
+        """``verdict`` (usable, of an external hostname) with the egress decision for its users: the
+        upstream with its guard and resolver, or a refusal (``Accepted=False``, no upstream)."""
+        # With complete users every route gets the same decision: one per XBackend.
+        users = frozenset() if self.egress.complete else frozenset(gateways)
+        found = self._decisions.get((key, users))
+        if found is None:
+            assert verdict.upstream is not None and isinstance(verdict.upstream.destination, ir.DnsName)
+            destination = verdict.upstream.destination
+            decision = self.egress.decide(key, destination.hostname, users)
+            found = self._decisions[key, users] = self._settled(key, verdict, decision)
+        self._decided[key] = found
+        return found
+
+    def _settled(
+        self, key: ObjectKey, verdict: XBackendVerdict, decision: egress.Decision
+    ) -> XBackendVerdict:
+        """``verdict`` after ``decision``; a refusal is recorded in :attr:`refused`."""
+        upstream = verdict.upstream
+        assert upstream is not None and isinstance(upstream.destination, ir.DnsName)
+        if decision.refusal is not None:
+            reason, message = decision.refusal
+            self.refused[key] = verdict.secrets
+            conditions = (
+                (st.ACCEPTED, False, reason, message),
+                (st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"),
+            )
+            return XBackendVerdict(None, (), conditions)
+        self.refused.pop(key, None)
+        upstream = dataclasses.replace(
+            upstream,
+            destination=dataclasses.replace(upstream.destination, dns=decision.dns),
+            egress_guard=decision.guard,
+        )
+        return dataclasses.replace(verdict, upstream=upstream)
 
     def xbackend_verdict(self, xb: XBackend) -> XBackendVerdict:
         if xb.key not in self._xbackends:
@@ -424,19 +455,12 @@ class BackendResolver:
         upstream, secrets = with_credential
         return XBackendVerdict(upstream, (*verdict.secrets, *secrets), verdict.conditions)
 
-    def apply_egress_policy(
-        self,
-        gateway_classes: Mapping[ObjectKey, str],
-        policies: Mapping[str, egress.ClassPolicy],
-        fallback: egress.ClassPolicy,
-    ) -> dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]]:
-        """Settle every XBackend resolved so far against the egress policy of its users.
+    def apply_egress_policy(self) -> dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]]:
+        """Decide again, with the users registered now (:meth:`register_users`), every external
+        XBackend resolved so far; for :mod:`weir.translate.incremental`, which learns the complete
+        users of an XBackend only after its routes resolved it (a full pass knows them before).
 
-        Call once, after every route has been resolved: an XBackend's policy
-        combines those of the classes (``gateway_classes``: Gateway → class
-        name) of every Gateway using it (see :func:`weir.translate.egress.decide`);
-        ``fallback`` applies to one no Gateway uses. Returns, by upstream
-        name, the upstream to serve (now with its egress guard), or ``None``
+        Returns, by upstream name, the upstream to serve (with its egress guard), or ``None``
         with the secrets that were resolved for it, when the policy refuses it.
         """
         settled: dict[str, tuple[ir.Upstream | None, tuple[ir.Secret, ...]]] = {}
@@ -450,26 +474,9 @@ class BackendResolver:
                 # Services); the egress guard is for external hostnames.
                 settled[upstream.name] = (upstream, verdict.secrets)
                 continue
-            classes = sorted({gateway_classes[gw] for gw in users if gw in gateway_classes})
-            decision = egress.decide(
-                upstream.destination.hostname, [policies[c] for c in classes if c in policies] or [fallback]
-            )
-            if decision.refusal is not None:
-                reason, message = decision.refusal
-                conditions = (
-                    (st.ACCEPTED, False, reason, message),
-                    (st.RESOLVED_REFS, True, st.R_RESOLVED_REFS, "All references resolved"),
-                )
-                self._xbackends[key] = XBackendVerdict(None, (), conditions)
-                settled[upstream.name] = (None, verdict.secrets)
-                continue
-            upstream = dataclasses.replace(
-                upstream,
-                destination=dataclasses.replace(upstream.destination, dns=decision.dns),
-                egress_guard=decision.guard,
-            )
-            self._xbackends[key] = dataclasses.replace(verdict, upstream=upstream)
-            settled[upstream.name] = (upstream, verdict.secrets)
+            decision = self.egress.decide_for(upstream.destination.hostname, users)
+            final = self._decided[key] = self._settled(key, verdict, decision)
+            settled[upstream.name] = (final.upstream, verdict.secrets)
         return settled
 
     def register_users(self, xbackend: ObjectKey, gateways: set[ObjectKey]) -> None:
@@ -488,7 +495,7 @@ class BackendResolver:
         status has the shape of the object (:attr:`XBackend.shape`):
         ``parents[].parentRef`` for v1.6, ``ancestors[].ancestorRef`` for
         main, never both (a provider whose CRD has the other shape converts
-        it with :func:`weir.translate.status.reshape_xbackend_status`).
+        it with :func:`weir.api.xbackend_v1alpha1.reshape_xbackend_status`).
         """
         out: dict[ObjectKey, dict[str, Any]] = {}
         if only is None:
@@ -498,10 +505,10 @@ class BackendResolver:
             xbackends = [xb for xb in found if xb is not None]
         for xb in xbackends:
             users = sorted(self._xbackend_users.get(xb.key, ()))
-            verdict = self.xbackend_verdict(xb)
+            verdict = self._decided.get(xb.key) or self.xbackend_verdict(xb)
             gen = xb.metadata.generation
             conditions = tuple(st.condition(t, ok, r, m, gen) for t, ok, r, m in verdict.conditions)
-            status_list, status_ref = st.XBACKEND_STATUS_KEYS[xb.shape]
+            status_list, status_ref = XBACKEND_STATUS_KEYS[xb.shape]
             entry = st.AncestorStatus if status_ref == st.AncestorStatus.REF_KEY else st.ParentStatus
             ours = [
                 entry(
@@ -521,6 +528,128 @@ class BackendResolver:
             if status is not None:
                 out[xb.key] = status
         return out
+
+
+def reference_failure(
+    resources: Resources, route_kind: str, route_namespace: str, ref: BackendRef
+) -> RefFailure | None:
+    """Why ``ref`` (in a route of ``route_kind`` in ``route_namespace``) cannot refer to its object at
+    all: a kind weir does not resolve, or one not served, or a namespace no ReferenceGrant opens."""
+    namespace = ref.namespace or route_namespace
+    if (ref.group, ref.kind) == ("", "Service"):
+        kind_group = ""
+    elif (ref.group, ref.kind) == (XBACKEND_GROUP, "XBackend"):
+        kind_group = XBACKEND_GROUP
+    else:
+        return RefFailure(
+            st.R_INVALID_KIND,
+            f"backendRef kind {ref.group or 'core'}/{ref.kind} is not supported; "
+            f"use a Service or a {XBACKEND_GROUP} XBackend",
+        )
+    if ref.kind in resources.unserved:
+        return RefFailure(
+            st.R_INVALID_KIND,
+            f"backendRef kind {ref.group}/{ref.kind} is not served by this cluster (its CRD is not "
+            "installed); install the experimental Gateway API CRDs, or refer to a Service",
+        )
+    if not reference_permitted(
+        resources,
+        from_group=GATEWAY_GROUP,
+        from_kind=route_kind,
+        from_namespace=route_namespace,
+        to_group=kind_group,
+        to_kind=ref.kind,
+        to_namespace=namespace,
+        to_name=ref.name,
+    ):
+        return RefFailure(
+            st.R_REF_NOT_PERMITTED,
+            f"{ref.kind} {namespace}/{ref.name} is in another namespace and no ReferenceGrant in {namespace} "
+            f"allows {route_kind}s from {route_namespace} to refer to it",
+        )
+    return None
+
+
+def credential_token_endpoint(
+    resources: Resources, policies: CredentialPolicies, route_kind: str, route_namespace: str, ref: BackendRef
+) -> ObjectKey | None:
+    """The token endpoint (an XBackend) of the OAuth2 credential :meth:`BackendResolver.resolve`
+    would give the backend ``ref`` names (a Service port or an XBackend that a route of
+    ``route_kind`` can use), if any: the route's Gateways are users of that XBackend too."""
+    if route_kind in RAW_ROUTE_KINDS or route_kind == UDP_ROUTE:  # raw bytes carry no credential
+        return None
+    if reference_failure(resources, route_kind, route_namespace, ref) is not None:
+        return None
+    namespace = ref.namespace or route_namespace
+    applied: AppliedCredential | None = None
+    if ref.kind == "Service":
+        svc = resources.service(namespace, ref.name)
+        ports = svc.spec.ports if svc is not None else ()
+        port = next((p for p in ports if p.port == ref.port and p.protocol == "TCP"), None)
+        if svc is not None and port is not None:
+            applied = policies.for_service_port(svc, port, set())
+    else:
+        xb = usable_xbackend(resources, route_kind, namespace, ref)
+        if not isinstance(xb, RefFailure):
+            applied = policies.for_xbackend(xb)
+    return applied.verdict.token_endpoint if applied is not None else None
+
+
+def used_xbackend(
+    resources: Resources, route_kind: str, route_namespace: str, ref: BackendRef
+) -> XBackend | None:
+    """The XBackend ``ref`` makes its route a user of, if any: one :meth:`BackendResolver.resolve`
+    would resolve (and count the route's Gateways among its users) rather than refuse the reference."""
+    if (ref.group, ref.kind) != (XBACKEND_GROUP, "XBackend"):
+        return None
+    if reference_failure(resources, route_kind, route_namespace, ref) is not None:
+        return None
+    xb = usable_xbackend(resources, route_kind, ref.namespace or route_namespace, ref)
+    return None if isinstance(xb, RefFailure) else xb
+
+
+def usable_xbackend(
+    resources: Resources, route_kind: str, namespace: str, ref: BackendRef
+) -> XBackend | RefFailure:
+    """The XBackend ``ref`` names in ``namespace``, or why a route of ``route_kind`` cannot use it
+    (it does not exist, its port differs, its protocol is not the route kind's)."""
+    xb = resources.get(XBackend, namespace, ref.name)
+    if xb is None:
+        return RefFailure(st.R_BACKEND_NOT_FOUND, f"XBackend {namespace}/{ref.name} does not exist")
+    if route_kind == UDP_ROUTE:
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} cannot take UDP: XBackends speak TCP-based protocols "
+            "(external UDP egress is not guarded by weir); use a Service",
+        )
+    if ref.port is not None and ref.port != xb.spec.port_number:
+        return RefFailure(
+            st.R_BACKEND_NOT_FOUND,
+            f"backendRef port {ref.port} does not match XBackend {namespace}/{ref.name} "
+            f"port {xb.spec.port_number}; omit the port or make them equal",
+        )
+    if route_kind == "GRPCRoute" and not _carries_grpc(xb):
+        protocol = xb.spec.protocol or "unset (HTTP)"
+        mode = xb.spec.tls.mode if xb.spec.tls else "None"
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} has protocol {protocol} with tls.mode {mode}, which cannot "
+            "carry gRPC: gRPC needs HTTP/2; set the protocol to HTTP2 (or H2C in plaintext)",
+        )
+    if route_kind in RAW_ROUTE_KINDS and xb.spec.protocol != "TCP":
+        protocol = xb.spec.protocol or "unset (HTTP)"
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} has protocol {protocol}, which a {route_kind} cannot use; "
+            f"a {route_kind} relays raw bytes: set the XBackend's protocol to TCP, or use an HTTPRoute",
+        )
+    if route_kind not in RAW_ROUTE_KINDS and xb.spec.protocol == "TCP":
+        return RefFailure(
+            st.R_UNSUPPORTED_PROTOCOL,
+            f"XBackend {namespace}/{ref.name} has protocol TCP, which an HTTPRoute cannot use; "
+            "use a TCPRoute on a TCP listener",
+        )
+    return xb
 
 
 def _policy_refused(policy: str, namespace: str, service: str) -> str:
@@ -559,17 +688,12 @@ def service_endpoints(resources: Resources, svc: Service, port: ServicePort) -> 
     return tuple(ir.Endpoint(a, p) for a, p in sorted(ready or draining))
 
 
-#: The label that ties a Service to the EndpointSelector XBackend it serves (value: the XBackend's
-#: name): in a cluster, the headless Service made for the XBackend (its EndpointSlices carry it too).
-SELECTOR_SERVICE_LABEL = "weir.dev/xbackend"
-
-
 def selected_endpoints(resources: Resources, xb: XBackend) -> tuple[ir.Endpoint, ...]:
     """The endpoints of an EndpointSelector XBackend, on its port, in its namespace only.
 
     The ready Pods of the namespace whose labels include every
     ``matchLabels`` pair (files), and the endpoints of the Services of the
-    namespace labelled :data:`SELECTOR_SERVICE_LABEL` with the XBackend's name
+    namespace labelled :data:`SELECTOR_LABEL` with the XBackend's name
     (a cluster: the headless Service made for it, whose EndpointSlices say
     which Pods are ready, as for any Service). Pods of other namespaces are
     never selected.
@@ -585,7 +709,7 @@ def selected_endpoints(resources: Resources, xb: XBackend) -> tuple[ir.Endpoint,
         if all(labels.get(k) == v for k, v in selector.match_labels.items()):
             found.update((address, port) for address in pod.addresses)
     for svc in resources.all(Service):
-        if svc.namespace == xb.namespace and svc.metadata.labels.get(SELECTOR_SERVICE_LABEL) == xb.name:
+        if svc.namespace == xb.namespace and svc.metadata.labels.get(SELECTOR_LABEL) == xb.name:
             for svc_port in svc.spec.ports:
                 found.update((e.address, e.port) for e in service_endpoints(resources, svc, svc_port))
     return tuple(ir.Endpoint(a, p) for a, p in sorted(found))

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from weir import ir
 from weir.api.gateway_v1 import GatewayClass
+from weir.api.meta import ObjectKey
 from weir.api.weir_v1alpha1 import API_VERSION as CONFIG_API_VERSION
 from weir.api.weir_v1alpha1 import GROUP as CONFIG_GROUP
 from weir.api.weir_v1alpha1 import GatewayClassConfig
@@ -268,3 +270,58 @@ def decide(hostname: str, policies: Sequence[ClassPolicy]) -> Decision:
         )
     denied = normalise_networks(net for p in policies for net in p.denied_networks)
     return Decision(None, ir.EgressGuard(denied), resolvers.pop() if resolvers else None)
+
+
+#: Who uses an XBackend, known before any backend is resolved: XBackend → the Gateways whose
+#: routes resolve it (see :func:`weir.translate.users.xbackend_users`).
+UsersOf = Callable[[ObjectKey], AbstractSet[ObjectKey]]
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """The egress policy inputs of one translation, and who uses each XBackend.
+
+    ``gateway_classes``: each Gateway's class name. ``policies``: each class's
+    policy. ``fallback``: the policy of an XBackend no Gateway uses.
+    ``users``: the Gateways using an XBackend, as far as known before
+    resolution (a full pass knows them all; an incremental patch knows those
+    of the routes it does not recompute). The backend resolver decides an
+    XBackend's guard, or its refusal, from these when a route first resolves
+    it (:meth:`decide`), so routes are built once, with the decision made.
+    """
+
+    gateway_classes: Mapping[ObjectKey, str]
+    policies: Mapping[str, ClassPolicy]
+    fallback: ClassPolicy
+    users: UsersOf = field(default=lambda _key: frozenset())
+    #: ``users`` are all of them (a full pass): the Gateways of the resolving route add nothing.
+    complete: bool = False
+
+    def decide(self, xbackend: ObjectKey, hostname: str, gateways: AbstractSet[ObjectKey]) -> Decision:
+        """The decision for ``xbackend`` (external ``hostname``), used through ``gateways`` and by
+        its known users (see :func:`decide`)."""
+        return self.decide_for(hostname, self.users(xbackend) | gateways)
+
+    def decide_for(self, hostname: str, users: AbstractSet[ObjectKey]) -> Decision:
+        """The decision for an XBackend of ``hostname`` whose users are exactly ``users``."""
+        classes = sorted({self.gateway_classes[gw] for gw in users if gw in self.gateway_classes})
+        return decide(hostname, [self.policies[c] for c in classes if c in self.policies] or [self.fallback])
+
+
+def egress_policy(
+    resources: Resources,
+    settings: Settings,
+    classes: Iterable[str],
+    gateways: Mapping[ObjectKey, str],
+    users: UsersOf | None = None,
+) -> EgressPolicy:
+    """The :class:`EgressPolicy` of ``classes`` (weir's accepted GatewayClasses) and ``gateways``
+    (each of weir's Gateways and its class)."""
+    policies = {
+        name: class_policy(resources, settings, resources.get(GatewayClass, "", name))
+        for name in sorted(classes)
+    }
+    fallback = class_policy(resources, settings, None)
+    if users is None:
+        return EgressPolicy(dict(gateways), policies, fallback)
+    return EgressPolicy(dict(gateways), policies, fallback, users)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -64,7 +64,9 @@ from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import filters
 from weir.translate.attachment import (
+    NONE_ATTACHED,
     Attachment,
+    RouteParent,
     RouteTable,
     attach,
     count_attached,
@@ -79,7 +81,7 @@ from weir.translate.attachment import (
 )
 from weir.translate.backends import BackendResolver, RefFailure, no_usable_backend
 from weir.translate.gateways import GatewayContext
-from weir.translate.routes import MCP_IDLE_TIMEOUT_MS, SortKey, place_route, unsupported_fields
+from weir.translate.routes import MCP_IDLE_TIMEOUT_MS, SortKey, failed_shares, place_route, unsupported_fields
 
 KIND = "GRPCRoute"
 
@@ -204,8 +206,10 @@ def translate_grpc_routes(
     controller_name: str,
     table: RouteTable,
     conflicts: KindConflicts,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> dict[ObjectKey, dict[str, Any]]:
-    """Attach every GRPCRoute, fill ``table``, and return the routes' statuses.
+    """Attach every GRPCRoute (unless ``attached`` already: see
+    :func:`weir.translate.users.xbackend_users`), fill ``table``, and return the routes' statuses.
 
     As for HTTPRoutes: ``attachedRoutes`` counts the routes attached to each
     listener; only parentRefs to weir's Gateways (or to Gateways that do not
@@ -214,7 +218,9 @@ def translate_grpc_routes(
     by_key, existing = parent_index(resources, gateways)
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.grpc_routes:
-        parents = route_parents(resources, route, by_key, existing, GRPC_KIND, conflicts.of(route.key))
+        parents = attached.get(route.key)
+        if parents is None:
+            parents = route_parents(resources, route, by_key, existing, GRPC_KIND, conflicts.of(route.key))
         attachments = [a for parent in parents for a in parent.attachments]
         if not parents:
             stale = route_status(route, controller_name, [], resolver.interner)
@@ -229,6 +235,17 @@ def translate_grpc_routes(
         ours = [route_parent_entry(route, p.ref, controller_name, p.accepted, failure) for p in parents]
         statuses[route.key] = route_status(route, controller_name, ours, resolver.interner) or {"parents": []}
     return statuses
+
+
+def resolved_refs(route: GRPCRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve_rules` resolves: each rule's backendRefs, then its mirrors'."""
+    for rule in route.spec.rules:
+        http_rule = _as_http_rule(rule)
+        yield from http_rule.backend_refs
+        if not any(f.request_mirror is not None for f in http_rule.filters):  # most rules: skip parsing
+            continue
+        for mirror_ref, _, _ in filters.rule_filters(http_rule.filters).mirrors:
+            yield BackendRef.model_validate(mirror_ref.model_dump())
 
 
 def _as_http_rule(rule: GRPCRouteRule) -> HTTPRouteRule:
@@ -317,6 +334,7 @@ def _resolve_rules(
     unusable: list[str] = []  # the current rule's backends that exist but cannot be used
 
     sessions: dict[str, ir.SessionAffinity | None] = {}
+    refused: set[str] = set()  # upstreams the egress policy refuses (see Resolved.refused)
 
     def resolve(ref: BackendRef) -> str | None:
         nonlocal failure
@@ -326,12 +344,18 @@ def _resolve_rules(
         if isinstance(result, RefFailure):
             failure = failure or result
             return None
+        if result.refused and result.upstream is not None:
+            refused.add(result.upstream.name)
+            sessions[result.upstream.name] = result.session
+            return result.upstream.name
         for secret in result.secrets:
             table.secrets[secret.name] = secret
         if result.upstream is None:
             unusable.append(result.unusable)
             return None
         table.upstreams[result.upstream.name] = result.upstream
+        if result.token_upstream is not None:  # served with it, though no route names it
+            table.upstreams[result.token_upstream.name] = result.token_upstream
         sessions[result.upstream.name] = result.session
         return result.upstream.name
 
@@ -354,8 +378,14 @@ def _resolve_rules(
         mirrors = []
         for mirror_ref, numerator, denominator in found.mirrors:
             name = resolve(BackendRef.model_validate(mirror_ref.model_dump()))
-            if name is not None and numerator > 0:
+            if (
+                name is not None and numerator > 0 and name not in refused
+            ):  # a mirror's failure is not the client's
                 mirrors.append(ir.Mirror(name, numerator, denominator))
+        session = filters.session_affinity(
+            rule.session_persistence, f"grpcroute/{route.namespace}/{route.name}/rule/{index}"
+        ) or filters.backends_session([sessions.get(name or "") for name, _, _ in weights])
+        weights = failed_shares(weights, refused)
         action: ir.RouteAction
         if not any(name is not None for name, _, _ in weights):
             action = ir.DirectResponse(UNAVAILABLE)
@@ -371,10 +401,7 @@ def _resolve_rules(
                 request_headers=found.request_headers,
                 mirrors=tuple(mirrors),
                 unresolved_status=UNAVAILABLE,
-                session=filters.session_affinity(
-                    rule.session_persistence, f"grpcroute/{route.namespace}/{route.name}/rule/{index}"
-                )
-                or filters.backends_session([sessions.get(name or "") for name, _, _ in weights]),
+                session=session,
             )
         rules.append(_Rule(action, found.response_headers))
     return rules, failure

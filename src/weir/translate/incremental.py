@@ -50,6 +50,7 @@ translated in full.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from weir import ir
+from weir import infrastructure, ir
 from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1 import HTTPRoute
 from weir.api.gateway_v1_grpcroute import GRPCRoute
@@ -65,7 +66,7 @@ from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
-from weir.api.xbackend_v1alpha1 import XBackend
+from weir.api.xbackend_v1alpha1 import SELECTOR_LABEL, XBackend
 from weir.api.xbackendtrafficpolicy_v1alpha1 import XBackendTrafficPolicy
 from weir.resources import Resources
 from weir.translate import (
@@ -74,10 +75,9 @@ from weir.translate import (
     Surroundings,
     Translation,
     full_pass,
-    infrastructure,
     patched_listener,
 )
-from weir.translate.backends import SELECTOR_SERVICE_LABEL, BackendResolver
+from weir.translate.backends import BackendResolver
 from weir.translate.gateways import (
     GatewayContext,
     ListenerContext,
@@ -348,7 +348,7 @@ def _changed_backends(state: _State, resources: Resources, changed: Iterable[Obj
     # A Service made for an EndpointSelector XBackend: its endpoints are that XBackend's.
     for key in [k for k in out if k.kind == "Service"]:
         for svc in (state.resources.objects.get(key), resources.objects.get(key)):
-            owner = svc.metadata.labels.get(SELECTOR_SERVICE_LABEL) if svc is not None else None
+            owner = svc.metadata.labels.get(SELECTOR_LABEL) if svc is not None else None
             if owner:
                 out.add(ObjectKey("XBackend", key.namespace, owner))
     return out
@@ -372,8 +372,14 @@ def _patch(
     if len(todo) > max(_PATCH_AT_MOST * len(state.units), patch_always):
         return "most routes to recompute"
 
-    # Compute everything first, mutate nothing until the patch is known to apply.
-    resolver = BackendResolver(resources, settings)
+    # Compute everything first, mutate nothing until the patch is known to apply. An XBackend's
+    # users known before its routes are resolved: those of the routes not recomputed (the
+    # recomputed ones add theirs as they resolve it; all are settled again below).
+    def kept_users(xbackend: ObjectKey) -> frozenset[ObjectKey]:
+        found = state.users.get(xbackend, {})
+        return frozenset(gw for route, gateways in found.items() if route not in todo for gw in gateways)
+
+    resolver = BackendResolver(resources, settings, dataclasses.replace(state.fixed.egress, users=kept_users))
     old_units = {key: state.units.get(key) for key in todo}
     new_units: dict[ObjectKey, RouteUnit | None] = {}
     for key in sorted(todo):
@@ -405,7 +411,7 @@ def _patch(
     if touched & state.pinned:
         return "a backend other objects name"
     fixed = state.fixed
-    if any(name in fixed.refused_secrets for unit in units for name in unit.secrets):
+    if resolver.refused or any(name in fixed.refused_secrets for unit in units for name in unit.secrets):
         return "refused XBackend"
 
     settle = {key for key in backends if key.kind == "XBackend"}
@@ -425,11 +431,11 @@ def _patch(
         users[xbackend] = found
         if found:
             resolver.register_users(xbackend, {gw for gateways in found.values() for gw in gateways})
-    settled = resolver.apply_egress_policy(*fixed.egress)
+    settled = resolver.apply_egress_policy()
     if any(upstream is None for upstream, _ in settled.values()) or any(
-        name in fixed.refused for unit in units for name in unit.upstreams
+        key in fixed.refused for unit in units for key in unit.uses
     ):
-        return "refused XBackend"  # a full pass rewrites every route using it
+        return "refused XBackend"  # a full pass builds every route using it with its share failed
     xbackend_statuses = resolver.xbackend_statuses(settings.controller_name, only=settle)
 
     # Apply.

@@ -6,7 +6,7 @@ kind's and lives in :mod:`weir.translate.attachment`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -25,7 +25,9 @@ from weir.resources import Resources
 from weir.translate import filters
 from weir.translate import status as st
 from weir.translate.attachment import (
+    NONE_ATTACHED,
     Attachment,
+    RouteParent,
     RouteTable,
     route_parent_entry,
     route_parents,
@@ -88,8 +90,10 @@ def translate_http_routes(
     *,
     request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
     lost: Mapping[ObjectKey, Mapping[int, str]] | None = None,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> list[RouteUnit]:
-    """The :class:`RouteUnit` of every HTTPRoute, in order (see :func:`http_route_unit`)."""
+    """The :class:`RouteUnit` of every HTTPRoute, in order (see :func:`http_route_unit`); ``attached``:
+    routes already attached (:func:`weir.translate.users.xbackend_users`), by key."""
     by_key, existing = parent_index(resources, gateways)
     return [
         http_route_unit(
@@ -101,6 +105,7 @@ def translate_http_routes(
             controller_name,
             request_timeout_ms=request_timeout_ms,
             lost=(lost or {}).get(route.key),
+            parents=attached.get(route.key),
         )
         for route in resources.http_routes
     ]
@@ -116,6 +121,7 @@ def http_route_unit(
     *,
     request_timeout_ms: int = ir.DEFAULT_REQUEST_TIMEOUT_MS,
     lost: Mapping[int, str] | None = None,
+    parents: list[RouteParent] | None = None,
 ) -> RouteUnit:
     """Attach ``route`` to the listeners of ``by_key`` (weir's Gateways), resolve its backends.
 
@@ -126,7 +132,8 @@ def http_route_unit(
     the listeners (``id`` of their context) the route lost to an older
     GRPCRoute, and why (see :func:`weir.translate.grpcroutes.kind_conflicts`).
     """
-    parents = route_parents(resources, route, by_key, existing, HTTP_KIND, lost)
+    if parents is None:  # not attached already
+        parents = route_parents(resources, route, by_key, existing, HTTP_KIND, lost)
     if not parents:
         return RouteUnit(route.key, route_status(route, controller_name, [], resolver.interner))
     attachments = [a for parent in parents for a in parent.attachments]
@@ -153,6 +160,16 @@ def http_route_unit(
         reads=resolved.reads,
         uses=resolved.uses,
     )
+
+
+def resolved_refs(route: HTTPRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve_rules` resolves: each rule's backendRefs, then its mirrors'."""
+    for rule in route.spec.rules:
+        yield from rule.backend_refs
+        if not any(f.request_mirror is not None for f in rule.filters):  # most rules: skip parsing
+            continue
+        for mirror_ref, _, _ in filters.rule_filters(rule.filters).mirrors:
+            yield BackendRef.model_validate(mirror_ref.model_dump())
 
 
 def place_unit(unit: RouteUnit, table: RouteTable) -> None:
@@ -222,6 +239,7 @@ def _resolve_rules(
 
     unusable: list[str] = []  # the current rule's backends that exist but cannot be used
     sessions: dict[str, ir.SessionAffinity | None] = {}
+    refused: set[str] = set()  # upstreams the egress policy refuses (see Resolved.refused)
 
     def resolve(ref: BackendRef) -> tuple[str | None, bool]:
         """The upstream name (``None``: unusable) and whether it streams; records failures (and in
@@ -238,12 +256,18 @@ def _resolve_rules(
             return None, False
         if target is not None and target.kind == "XBackend":
             uses.add(target)
+        if result.refused and result.upstream is not None:
+            refused.add(result.upstream.name)
+            sessions[result.upstream.name] = result.session
+            return result.upstream.name, result.streaming
         for secret in result.secrets:
             table.secrets[secret.name] = secret
         if result.upstream is None:
             unusable.append(result.unusable)
             return None, False
         table.upstreams[result.upstream.name] = result.upstream
+        if result.token_upstream is not None:  # served with it, though no route names it
+            table.upstreams[result.token_upstream.name] = result.token_upstream
         sessions[result.upstream.name] = result.session
         return result.upstream.name, result.streaming
 
@@ -266,7 +290,9 @@ def _resolve_rules(
         mirrors = []
         for mirror_ref, numerator, denominator in found.mirrors:
             name, _ = resolve(BackendRef.model_validate(mirror_ref.model_dump()))
-            if name is not None and numerator > 0:
+            if (
+                name is not None and numerator > 0 and name not in refused
+            ):  # a mirror's failure is not the client's
                 mirrors.append(ir.Mirror(name, numerator, denominator))
         mixed = _mixed_oauth2(index, [name for name, _, _ in weights] + [m.upstream for m in mirrors], table)
         failure = failure or mixed
@@ -282,7 +308,7 @@ def _resolve_rules(
             session = filters.session_affinity(
                 rule.session_persistence, f"httproute/{route.namespace}/{route.name}/rule/{index}"
             ) or filters.backends_session([sessions.get(name or "") for name, _, _ in weights])
-            action = _action(weights, timing, found, tuple(mirrors), session)
+            action = _action(failed_shares(weights, refused), timing, found, tuple(mirrors), session)
         rules.append(_Rule(action, found.redirect, found.response_headers, found.cors))
     named, resolved = frozenset(reads), frozenset(uses)
     # Usually the same backends (all resolved): one set, not two, for each of 10,000 routes.
@@ -317,6 +343,18 @@ def backend_key(ref: BackendRef, route_namespace: str) -> ObjectKey | None:
     if (ref.group, ref.kind) == ("", "Service") or (ref.group, ref.kind) == (XBACKEND_GROUP, "XBackend"):
         return ObjectKey(ref.kind, ref.namespace or route_namespace, ref.name)
     return None
+
+
+def failed_shares(weights: dict[_BackendKey, int], refused: AbstractSet[str]) -> dict[_BackendKey, int]:
+    """``weights`` with the backends in ``refused`` (by the egress policy) turned into failed shares
+    (``None``: the rule's unresolved status answers them), merged with those of the same edits."""
+    if not refused or not any(name in refused for name, _, _ in weights):
+        return weights
+    out: dict[_BackendKey, int] = {}
+    for (name, req, resp), weight in weights.items():
+        key = (None if name in refused else name, req, resp)
+        out[key] = out.get(key, 0) + weight
+    return out
 
 
 def _action(

@@ -46,7 +46,7 @@ class Settings:
     front of weir's pods), that Service's load-balancer ingress, else its
     cluster IP; else the address listeners bind to. ``gateway_services``
     (``ClusterIP`` or ``LoadBalancer``; ``None``, the default: off) is the
-    per-Gateway Service mode (:mod:`weir.translate.infrastructure`): each
+    per-Gateway Service mode (:mod:`weir.infrastructure`): each
     Gateway's addresses come from its own Service instead of
     ``publish_service``, and GatewayClasses claim ``GatewayInfrastructurePropagation``.
     """

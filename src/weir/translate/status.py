@@ -19,7 +19,6 @@ from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar, cast
 
 from weir.api.meta import MAX_PARENTS, ObjectKey
-from weir.api.xbackend_v1alpha1 import SCHEMAS as XBACKEND_SCHEMAS
 
 # Condition types.
 ACCEPTED = "Accepted"
@@ -258,32 +257,6 @@ def _well_formed(entry: Any, ref: str) -> bool:
     except (TypeError, ValueError, RecursionError):
         return False
     return True
-
-
-#: An XBackend's status list and reference keys in each shape of its CRD (v1.6, upstream main).
-XBACKEND_STATUS_KEYS: Mapping[str, tuple[str, str]] = MappingProxyType(
-    {shape: (schema.status_list, schema.status_ref) for shape, schema in XBACKEND_SCHEMAS.items()}
-)
-
-
-def reshape_xbackend_status(status: Mapping[str, Any], shape: str) -> dict[str, Any]:
-    """An XBackend ``status`` (as translation writes it, in the object's shape) in ``shape``'s keys.
-
-    For a provider whose installed CRD has the other shape than the object
-    as read (Kubernetes discovers it from the CRD's schema): a server with
-    main's CRD silently drops ``status.parents``, one with v1.6's drops
-    ``status.ancestors``. The result has only ``shape``'s list, never both.
-    """
-    to_list, to_ref = XBACKEND_STATUS_KEYS[shape]
-    out = {k: v for k, v in status.items() if k not in ("parents", "ancestors")}
-    entries: list[Any] = []
-    for from_list, from_ref in XBACKEND_STATUS_KEYS.values():
-        for entry in status.get(from_list) or ():
-            if isinstance(entry, dict) and from_ref in entry:
-                entry = {(to_ref if k == from_ref else k): v for k, v in entry.items()}
-            entries.append(entry)
-    out[to_list] = entries[:MAX_PARENTS]
-    return out
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,18 @@ the connections instead.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
-from weir.api.gateway_v1 import GROUP
+from weir.api.gateway_v1 import GROUP, BackendRef
 from weir.api.gateway_v1_tcproute import TCPRoute
 from weir.api.gateway_v1_udproute import UDPRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate.attachment import (
+    NONE_ATTACHED,
     RouteParent,
     RouteTable,
     count_attached,
@@ -62,9 +63,13 @@ def translate_tcp_routes(
     resolver: BackendResolver,
     controller_name: str,
     table: RouteTable,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> dict[ObjectKey, dict[str, Any]]:
-    """Attach every TCPRoute, fill ``table.tcp``, and return the routes' statuses (see :func:`_translate`)."""
-    return _translate(resources, resources.tcp_routes, gateways, resolver, controller_name, table.tcp, table)
+    """Attach every TCPRoute (unless ``attached`` already: see :func:`weir.translate.users.xbackend_users`),
+    fill ``table.tcp``, and return the routes' statuses (see :func:`_translate`)."""
+    return _translate(
+        resources, resources.tcp_routes, gateways, resolver, controller_name, table.tcp, table, attached
+    )
 
 
 def translate_udp_routes(
@@ -88,6 +93,7 @@ def _translate(
     controller_name: str,
     forwarding: dict[tuple[str, int], tuple[ir.WeightedBackend, ...]],
     table: RouteTable,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> dict[ObjectKey, dict[str, Any]]:
     """Attach every route of ``routes_in`` (one kind), fill ``forwarding`` (socket -> backends) and
     ``table``'s upstreams and secrets, and return the routes' statuses.
@@ -100,7 +106,9 @@ def _translate(
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in routes_in:
-        parents = route_parents(resources, route, by_key, existing, RELAY_KIND)
+        parents = attached.get(route.key)
+        if parents is None:
+            parents = route_parents(resources, route, by_key, existing, RELAY_KIND)
         if not parents:
             stale = route_status(route, controller_name, [], resolver.interner)
             if stale is not None:
@@ -187,7 +195,7 @@ def _resolve(
             name: str | None = None
             if isinstance(result, RefFailure):
                 failure = failure or result
-            else:
+            elif not result.refused:  # a refused one's share is closed (see Resolved.refused)
                 if result.upstream is not None:
                     name = result.upstream.name
                     table.upstreams[name] = result.upstream
@@ -200,6 +208,12 @@ def _resolve(
         usable = len(unusable) < len(rule.backend_refs)
         failure = failure or no_usable_backend(index, unusable, usable, "its connections are closed")
     return tcp_backends(weights), failure
+
+
+def resolved_refs(route: RelayRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve` resolves: those of every rule."""
+    for rule in route.spec.rules:
+        yield from rule.backend_refs
 
 
 def tcp_backends(weights: dict[str | None, int]) -> tuple[ir.WeightedBackend, ...]:

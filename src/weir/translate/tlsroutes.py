@@ -19,15 +19,18 @@ connections is closed and the route's ``ResolvedRefs`` says why. In mode
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from weir import ir
+from weir.api.gateway_v1 import BackendRef
 from weir.api.gateway_v1_tlsroute import TLSRoute
 from weir.api.meta import ObjectKey
 from weir.resources import Resources
 from weir.translate import status as st
 from weir.translate.attachment import (
+    NONE_ATTACHED,
     RouteParent,
     RouteTable,
     count_attached,
@@ -65,8 +68,10 @@ def translate_tls_routes(
     resolver: BackendResolver,
     controller_name: str,
     table: RouteTable,
+    attached: Mapping[ObjectKey, list[RouteParent]] = NONE_ATTACHED,
 ) -> dict[ObjectKey, dict[str, Any]]:
-    """Attach every TLSRoute, fill the listeners' ``relays``, and return the routes' statuses.
+    """Attach every TLSRoute (unless ``attached`` already: see :func:`weir.translate.users.xbackend_users`),
+    fill the listeners' ``relays``, and return the routes' statuses.
 
     Upstreams and secrets of the backends go to ``table``. As for the other
     route kinds, only parentRefs to weir's Gateways (or to Gateways that do
@@ -76,7 +81,9 @@ def translate_tls_routes(
     routes: list[_Route] = []
     statuses: dict[ObjectKey, dict[str, Any]] = {}
     for route in resources.tls_routes:
-        parents = route_parents(resources, route, by_key, existing, TLS_KIND)
+        parents = attached.get(route.key)
+        if parents is None:
+            parents = route_parents(resources, route, by_key, existing, TLS_KIND)
         if not parents:
             stale = route_status(route, controller_name, [], resolver.interner)
             if stale is not None:
@@ -162,8 +169,9 @@ def _resolve(
             if upstream is None:
                 unusable.append(result.unusable)
             else:
-                name = upstream.name
-                table.upstreams[name] = upstream
+                if not result.refused:  # a refused one's share is closed (see Resolved.refused)
+                    name = upstream.name
+                    table.upstreams[name] = upstream
                 if upstream.tls is None:
                     passthrough_name = name
                 elif passthrough:
@@ -175,7 +183,7 @@ def _resolve(
                         "second TLS session: its share of connections is closed; use a backend without "
                         "TLS origination, or a listener in mode Terminate",
                     )
-            for secret in result.secrets:
+            for secret in () if result.refused else result.secrets:
                 table.secrets[secret.name] = secret
         if ref.weight > 0:
             weights[name] = weights.get(name, 0) + ref.weight
@@ -183,6 +191,12 @@ def _resolve(
     usable = len(unusable) < len(route.spec.rules[0].backend_refs)
     failure = failure or no_usable_backend(0, unusable, usable, "its connections are closed")
     return _Route(route, parents, tcp_backends(weights), tcp_backends(passthrough_weights), failure)
+
+
+def resolved_refs(route: TLSRoute) -> Iterator[BackendRef]:
+    """Every reference :func:`_resolve` resolves: those of the (one) rule."""
+    for rule in route.spec.rules[:1]:
+        yield from rule.backend_refs
 
 
 def _shadowed_message(shadowed: list[tuple[ListenerContext, str, _Route]]) -> str:

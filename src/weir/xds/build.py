@@ -14,11 +14,10 @@ and ``weir translate`` output, with private key material redacted.
 Every resource is named after its IR object, verbatim, so a reader can follow
 a name from the IR to Envoy's ``/config_dump``. The route configuration of an
 HTTP listener carries the listener's name, that of an HTTPS server of a TLS
-listener the server's. Two sets of resources have no IR counterpart:
-:data:`TCP_EGRESS`, the internal path through which TCP listeners reach
-guarded upstreams (see :func:`weir.xds.listeners.tcp_listener`), and
-:data:`MIRROR_EGRESS`, the one through which request mirrors reach them
-(see :func:`weir.xds.listeners.mirror_egress_listener`).
+listener the server's. One resource has no IR counterpart: the internal
+listener :data:`~weir.xds.endpoints.EGRESS_DENIED`, which stands for the
+addresses of an external hostname that are all denied (see
+:mod:`weir.xds.endpoints`).
 
 This module holds the entry points and the checks of the IR's contract, which
 run before anything is built. The resources themselves are built, one kind per
@@ -41,17 +40,11 @@ from weir.xds import oauth2
 from weir.xds.clusters import (
     EXTERNAL_HEADER_PREFIXES_TO_REMOVE,
     EXTERNAL_HEADERS_TO_REMOVE,
-    mirror_egress_cluster,
-    tcp_egress_cluster,
     upstream_cluster,
 )
 from weir.xds.common import (
     CORS_FILTER,
-    EGRESS_POLICY_PREFIX,
-    MIRROR_EGRESS,
-    TCP_EGRESS,
     UNRESOLVED_CLUSTER,
-    guarded,
     upstream_of,
 )
 from weir.xds.endpoints import EGRESS_DENIED, egress_denied_listener
@@ -62,8 +55,6 @@ from weir.xds.listeners import (
     TCP_ACCESS_LOG_FORMAT,
     TLS_RELAY_ACCESS_LOG_FORMAT,
     http_listener,
-    mirror_egress_listener,
-    tcp_egress_listener,
     tcp_listener,
     tls_listener,
     udp_listener,
@@ -75,7 +66,6 @@ from weir.xds.routes import (
     origin_matcher,
     path_rewrite,
     route_configuration,
-    tcp_egress_routes,
 )
 from weir.xds.secrets import envoy_secret, redact
 from weir.xds.snapshot import CLUSTER, LISTENER, PUSH_ORDER, ROUTE, SECRET
@@ -84,14 +74,11 @@ __all__ = [
     "ACCESS_LOG_FORMAT",
     "CORS_FILTER",
     "EGRESS_DENIED_BODY",
-    "EGRESS_POLICY_PREFIX",
     "EXTERNAL_HEADERS_TO_REMOVE",
     "EXTERNAL_HEADER_PREFIXES_TO_REMOVE",
     "HTTPS_ALPN",
-    "MIRROR_EGRESS",
     "RETRY_ON",
     "TCP_ACCESS_LOG_FORMAT",
-    "TCP_EGRESS",
     "TLS_RELAY_ACCESS_LOG_FORMAT",
     "UNRESOLVED_CLUSTER",
     "build",
@@ -126,9 +113,7 @@ class Parts:
     """How :func:`assemble` makes each part of the output; this one builds every part afresh.
 
     A part is what one IR object becomes: an upstream its cluster, a secret
-    its SDS secret, a listener its Envoy listener and route configurations
-    (with the TCP listeners and relays that go through :data:`TCP_EGRESS`),
-    and the tunneled ones together the :data:`TCP_EGRESS` resources. Each
+    its SDS secret, a listener its Envoy listener and route configurations. Each
     method is a pure function of its arguments, and reads from ``upstreams``
     and ``secrets`` only the entries it needs, so that a cache
     (:class:`weir.xds.cache.BuildCache`) may reuse a part while those
@@ -141,9 +126,6 @@ class Parts:
     def secret(self, secret: ir.Secret) -> Any:
         return envoy_secret(secret)
 
-    def mirror_egress(self) -> dict[str, dict[str, Any]]:
-        return mirror_egress_part()
-
     def egress_denied(self) -> dict[str, Any]:
         """The listener answering for names whose addresses are all denied (:mod:`weir.xds.endpoints`)."""
         return {EGRESS_DENIED: egress_denied_listener()}
@@ -153,14 +135,9 @@ class Parts:
         listener: ir.AnyListener,
         upstreams: Mapping[str, ir.Upstream],
         secrets: Mapping[str, ir.Secret],
-    ) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
-        """(type URL → name → resource, the listener's TCP listeners or relays that are tunneled)."""
-        return listener_part(listener, upstreams, secrets)
-
-    def tcp_egress(
-        self, tunneled: tuple[ir.TcpListener | ir.TlsRelay, ...], upstreams: Mapping[str, ir.Upstream]
     ) -> dict[str, dict[str, Any]]:
-        return tcp_egress_part(tunneled, upstreams)
+        """Type URL → name → resource: the listener and its route configurations."""
+        return listener_part(listener, upstreams, secrets)
 
     def clusters(self, upstreams: Mapping[str, ir.Upstream], dns: ir.DnsSettings) -> dict[str, Any]:
         """Every upstream's cluster, by name in order (a cache remakes only those that changed)."""
@@ -192,26 +169,14 @@ def assemble(ir_: ir.IR, parts: Parts) -> dict[str, dict[str, Any]]:
             raise ValueError(f"upstream {upstream.name!r}: gRPC needs HTTP/2")
 
     out: dict[str, dict[str, Any]] = {type_url: {} for type_url in PUSH_ORDER}
-    tunneled: list[ir.TcpListener | ir.TlsRelay] = []
     for name in sorted(listeners):
-        built, tunnels = parts.listener(listeners[name], upstreams, secrets)
-        for type_url, by_name in built.items():
+        for type_url, by_name in parts.listener(listeners[name], upstreams, secrets).items():
             out[type_url].update(by_name)
-        tunneled.extend(tunnels)
     # Maybe a mapping the parts handed out before (a cache's): replaced below, never changed.
     out[CLUSTER] = parts.clusters(upstreams, ir_.dns)
     out[SECRET] = parts.secrets(secrets)
-    if tunneled:
-        for type_url, by_name in parts.tcp_egress(tuple(tunneled), upstreams).items():
-            out[type_url] = {**out[type_url], **by_name}
-    if any(guarded(upstream) for upstream in upstreams.values()):
-        for type_url, by_name in parts.mirror_egress().items():
-            out[type_url] = {**out[type_url], **by_name}
     if any(isinstance(upstream.destination, ir.DnsName) for upstream in upstreams.values()):
-        out[LISTENER] = {**out[LISTENER], **parts.egress_denied()}
-    if tunneled or MIRROR_EGRESS in out[CLUSTER] or EGRESS_DENIED in out[LISTENER]:
-        for type_url in (LISTENER, CLUSTER):
-            out[type_url] = dict(sorted(out[type_url].items()))
+        out[LISTENER] = dict(sorted({**out[LISTENER], **parts.egress_denied()}.items()))
     out[ROUTE] = dict(sorted(out[ROUTE].items()))  # HTTPS servers' routes are named after them
     return out
 
@@ -226,7 +191,6 @@ TlsListenerMaker = Callable[
     [
         ir.TlsListener,
         Mapping[str, list[ir.Upstream | None]],
-        set[str],
         dict[str, McpUse],
         Mapping[str, tuple[ir.OAuth2Credential, ...]],
     ],
@@ -246,26 +210,20 @@ def listener_part(
     *,
     make_routes: RouteConfig = route_config,
     make_tls_listener: TlsListenerMaker = tls_listener,
-) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
+) -> dict[str, dict[str, Any]]:
     """What one IR listener becomes (see :meth:`Parts.listener`); its route configurations made by
     ``make_routes``, a TLS socket's listener by ``make_tls_listener`` (the build cache's keep the
     parts that did not change)."""
     name = listener.name
     out: dict[str, dict[str, Any]] = {LISTENER: {}, ROUTE: {}}
-    tunneled: list[ir.TcpListener | ir.TlsRelay] = []
     if isinstance(listener, ir.TcpListener):
-        chosen = _tcp_upstreams(listener, upstreams)
-        tunnel = any(guarded(u) for u in chosen if u is not None)
-        out[LISTENER][name] = tcp_listener(listener, chosen, tunnel=tunnel)
-        if tunnel:
-            tunneled.append(listener)
+        out[LISTENER][name] = tcp_listener(listener, _tcp_upstreams(listener, upstreams))
     elif isinstance(listener, ir.UdpListener):
         chosen = _tcp_upstreams(listener, upstreams)
         out[LISTENER][name] = udp_listener(listener, next((u.name for u in chosen if u is not None), None))
     elif isinstance(listener, ir.TlsListener):
         _check_tls_listener(listener, secrets)
         relays = {relay.name: _tcp_upstreams(relay, upstreams) for relay in listener.relays}
-        tunnels = {n for n, chosen in relays.items() if any(guarded(u) for u in chosen if u is not None)}
         mcp_servers: dict[str, McpUse] = {}
         oauth2_servers: dict[str, tuple[ir.OAuth2Credential, ...]] = {}
         for server in listener.https:
@@ -277,36 +235,12 @@ def listener_part(
             credentials = oauth2.credentials_used(server.virtual_hosts, upstreams)
             if credentials:
                 oauth2_servers[server.name] = credentials
-        out[LISTENER][name] = make_tls_listener(listener, relays, tunnels, mcp_servers, oauth2_servers)
-        tunneled.extend(relay for relay in listener.relays if relay.name in tunnels)
+        out[LISTENER][name] = make_tls_listener(listener, relays, mcp_servers, oauth2_servers)
     else:
         out[ROUTE][name], mcp_tools = make_routes(listener, upstreams)
         credentials = oauth2.credentials_used(listener.virtual_hosts, upstreams)
         out[LISTENER][name] = http_listener(listener, mcp_tools=mcp_tools, oauth2_credentials=credentials)
-    return out, tuple(tunneled)
-
-
-def tcp_egress_part(
-    tunneled: tuple[ir.TcpListener | ir.TlsRelay, ...], upstreams: Mapping[str, ir.Upstream]
-) -> dict[str, dict[str, Any]]:
-    """The internal path of the tunneled TCP listeners and relays (:data:`TCP_EGRESS`)."""
-    return {
-        LISTENER: {TCP_EGRESS: tcp_egress_listener()},
-        ROUTE: {TCP_EGRESS: tcp_egress_routes(list(tunneled), upstreams)},
-        CLUSTER: {TCP_EGRESS: tcp_egress_cluster()},
-    }
-
-
-def mirror_egress_part() -> dict[str, dict[str, Any]]:
-    """The internal path of request mirrors to guarded upstreams (:data:`MIRROR_EGRESS`).
-
-    Present whenever an upstream is guarded (it does not depend on which
-    routes mirror: two resources, always the same).
-    """
-    return {
-        LISTENER: {MIRROR_EGRESS: mirror_egress_listener()},
-        CLUSTER: {MIRROR_EGRESS: mirror_egress_cluster()},
-    }
+    return out
 
 
 def to_data(resources: Mapping[str, Mapping[str, Message]]) -> dict[str, Any]:

@@ -17,8 +17,7 @@ Envoy resource built from it, serialised once as a
   route; each with the same rule. A route configuration changed by one
   edit is joined from the bytes of the virtual hosts that did not change,
   and a virtual host from those of its routes: at 10,000 virtual hosts an
-  edit serialises one, not 10,000 messages;
-* the :data:`~weir.xds.common.TCP_EGRESS` resources, likewise.
+  edit serialises one, not 10,000 messages.
 
 The output equals ``build()``'s, message for message (a test compares them on
 every golden IR). Bounded: after each build, entries the build did not use
@@ -35,7 +34,6 @@ from typing import Any, Generic, TypeVar
 from weir import ir
 from weir.xds import build as _build
 from weir.xds.clusters import upstream_cluster
-from weir.xds.common import TCP_EGRESS
 from weir.xds.listeners import tls_listener
 from weir.xds.mcp import McpUse, uses_tool_policies
 from weir.xds.routes import route_bytes, route_configuration_bytes, virtual_host_field
@@ -311,38 +309,16 @@ class _CachedParts(_build.Parts):
         if not isinstance(changed, set) or last is None or self._cache._dns_changed:
             return super().clusters(upstreams, dns)
         # Only the clusters of upstreams that changed: the others are those of the last build.
-        memo = self._cache._clusters
-        memo.keep_all(drop=changed)
-        if not changed:
-            return last if TCP_EGRESS not in last else {n: r for n, r in last.items() if n != TCP_EGRESS}
-        out = {
-            name: resource for name, resource in last.items() if name not in changed and name != TCP_EGRESS
-        }
-        added = False
-        for name in changed:
-            upstream = upstreams.get(name)
-            if upstream is not None:
-                added |= name not in out
-                out[name] = self.cluster(upstream, dns)
-        return dict(sorted(out.items())) if added else out
+        self._cache._clusters.keep_all(drop=changed)
+        return _patched(last, changed, upstreams, lambda upstream: self.cluster(upstream, dns))
 
     def secrets(self, secrets: Mapping[str, ir.Secret]) -> dict[str, Any]:
         changed = self._cache._changes.secrets
         last = self._cache._last.get(SECRET)
         if not isinstance(changed, set) or last is None:
             return super().secrets(secrets)
-        memo = self._cache._secrets
-        memo.keep_all(drop=changed)
-        if not changed:
-            return last
-        out = {name: resource for name, resource in last.items() if name not in changed}
-        added = False
-        for name in changed:
-            secret = secrets.get(name)
-            if secret is not None:
-                added |= name not in out
-                out[name] = self.secret(secret)
-        return dict(sorted(out.items())) if added else out
+        self._cache._secrets.keep_all(drop=changed)
+        return _patched(last, changed, secrets, self.secret)
 
     def to_check(
         self, upstreams: Mapping[str, ir.Upstream], secrets: Mapping[str, ir.Secret]
@@ -366,15 +342,13 @@ class _CachedParts(_build.Parts):
         listener: ir.AnyListener,
         upstreams: Mapping[str, ir.Upstream],
         secrets: Mapping[str, ir.Secret],
-    ) -> tuple[dict[str, dict[str, Any]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
-        def make(
-            u: Mapping[str, ir.Upstream], s: Mapping[str, ir.Secret]
-        ) -> tuple[dict[str, dict[str, Resource]], tuple[ir.TcpListener | ir.TlsRelay, ...]]:
+    ) -> dict[str, dict[str, Any]]:
+        def make(u: Mapping[str, ir.Upstream], s: Mapping[str, ir.Secret]) -> dict[str, dict[str, Resource]]:
             # The listener changed (or an upstream it uses): its route configurations, virtual
             # hosts and routes that did not are reused.
             configs = self._cache._configs.setdefault(listener.name, _Memo(self._cache._changes))
             try:
-                built, tunneled = _build.listener_part(
+                built = _build.listener_part(
                     listener,
                     u,
                     s,
@@ -385,7 +359,7 @@ class _CachedParts(_build.Parts):
                 configs.rotate(keep_old=True)
                 raise
             configs.rotate()
-            return _serialised(built), tunneled
+            return _serialised(built)
 
         return self._cache._listeners.get(listener.name, listener, upstreams, secrets, make)
 
@@ -393,7 +367,6 @@ class _CachedParts(_build.Parts):
         self,
         listener: ir.TlsListener,
         relays: Mapping[str, list[ir.Upstream | None]],
-        tunnels: set[str],
         mcp_servers: dict[str, McpUse],
         oauth2_servers: Mapping[str, tuple[ir.OAuth2Credential, ...]],
     ) -> Resource:
@@ -411,16 +384,13 @@ class _CachedParts(_build.Parts):
             tuple((s.name, s.server_names, s.certificates, s.client_validation) for s in listener.https),
             listener.relays,
             tuple(sorted((name, tuple(chosen)) for name, chosen in relays.items())),
-            frozenset(tunnels),
             tuple(sorted(mcp_servers.items(), key=lambda item: item[0])),
             tuple(sorted(oauth2_servers.items())),
         )
         found = self._cache._tls_listeners.get(listener.name)
         if found is not None and found[0] == key:
             return found[1]
-        resource = Resource.of(
-            tls_listener(listener, relays, tunnels, mcp_servers, oauth2_servers), listener.name
-        )
+        resource = Resource.of(tls_listener(listener, relays, mcp_servers, oauth2_servers), listener.name)
         self._cache._tls_listeners[listener.name] = (key, resource)
         return resource
 
@@ -480,27 +450,28 @@ class _CachedParts(_build.Parts):
 
         return vhosts.get(vhost.name, vhost, upstreams, _NO_SECRETS, make)
 
-    def mirror_egress(self) -> dict[str, dict[str, Any]]:
-        return _mirror_egress()
-
     def egress_denied(self) -> dict[str, Any]:
         return _egress_denied()
 
-    def tcp_egress(
-        self, tunneled: tuple[ir.TcpListener | ir.TlsRelay, ...], upstreams: Mapping[str, ir.Upstream]
-    ) -> dict[str, dict[str, Any]]:
-        return self._cache._egress.get(
-            "",
-            tunneled,
-            upstreams,
-            _NO_SECRETS,
-            lambda u, _s: _serialised(_build.tcp_egress_part(tunneled, u)),
-        )
+
+_Item = TypeVar("_Item")
 
 
-@functools.lru_cache(maxsize=1)
-def _mirror_egress() -> dict[str, dict[str, Resource]]:
-    return _serialised(_build.mirror_egress_part())
+def _patched(
+    last: dict[str, Any], changed: set[str], current: Mapping[str, _Item], make: Callable[[_Item], Any]
+) -> dict[str, Any]:
+    """``last`` (resources by name, in order) with those of the ``changed`` names made again from
+    ``current`` (or gone from it); ``last`` itself when nothing changed."""
+    if not changed:
+        return last
+    out = {name: resource for name, resource in last.items() if name not in changed}
+    added = False
+    for name in changed:
+        item = current.get(name)
+        if item is not None:
+            added |= name not in out
+            out[name] = make(item)
+    return dict(sorted(out.items())) if added else out
 
 
 @functools.lru_cache(maxsize=1)
@@ -554,10 +525,7 @@ class BuildCache:
         self._clusters: _Memo[Resource] = _Memo(self._changes)
         self._dns: ir.DnsSettings | None = None
         self._secrets: _Memo[Resource] = _Memo(self._changes)
-        self._listeners: _Memo[
-            tuple[dict[str, dict[str, Resource]], tuple[ir.TcpListener | ir.TlsRelay, ...]]
-        ] = _Memo(self._changes)
-        self._egress: _Memo[dict[str, dict[str, Resource]]] = _Memo(self._changes)
+        self._listeners: _Memo[dict[str, dict[str, Resource]]] = _Memo(self._changes)
         #: Per listener name, its route configurations (rotated when the listener is rebuilt), each
         #: with its virtual hosts, each with its routes.
         self._configs: dict[str, _Memo[_RouteConfig]] = {}
@@ -565,7 +533,7 @@ class BuildCache:
         self._tls_listeners: dict[str, tuple[Any, Resource]] = {}
         #: [hits, misses] of the memos of routes.
         self._route_counts = [0, 0]
-        self._memos: tuple[_Memo[Any], ...] = (self._clusters, self._secrets, self._listeners, self._egress)
+        self._memos: tuple[_Memo[Any], ...] = (self._clusters, self._secrets, self._listeners)
         #: How many parts (resources, or routes of rebuilt route configurations) the last build made afresh.
         self.rebuilt = 0
         self._last: dict[str, dict[str, Resource]] = {}
@@ -621,7 +589,6 @@ class BuildCache:
             "clusters": self._clusters,
             "secrets": self._secrets,
             "listeners": self._listeners,
-            "tcp_egress": self._egress,
         }
         out = {name: (m.hits, m.misses, len(m)) for name, m in memos.items()}
         held = sum(

@@ -9,9 +9,6 @@ to an external hostname, the injected credential or the AWS SigV4
 signature of a ``BackendCredentialPolicy``; its OAuth2 tokens are added in
 the connection manager, :mod:`weir.xds.oauth2`), and
 TLS origination that always verifies the chain and a subject alt name.
-:func:`tcp_egress_cluster` and :func:`mirror_egress_cluster` lead to the
-internal listeners :data:`~weir.xds.common.TCP_EGRESS` and
-:data:`~weir.xds.common.MIRROR_EGRESS`.
 
 Upstreams reaching here passed the contract checks of
 :func:`weir.xds.build.build` (TLS has a trust source and names to verify).
@@ -48,8 +45,6 @@ from google.protobuf import wrappers_pb2
 from weir import ir
 from weir.xds.common import (
     HTTP_PROTOCOL_OPTIONS,
-    MIRROR_EGRESS,
-    TCP_EGRESS,
     ads,
     duration_ms,
     pack,
@@ -164,8 +159,7 @@ def _http_protocol_options(upstream: ir.Upstream) -> Any:
 def _upstream_filters(upstream: ir.Upstream) -> list[Any]:
     """HTTP filters of the cluster: they run once a host is chosen for a request, before any connection.
 
-    An external hostname gets the removal of internal headers (not a ``TCP`` one: no headers reach it,
-    the filters only see the ``CONNECT`` that :data:`TCP_EGRESS` terminates);
+    An external hostname gets the removal of internal headers (not a ``TCP`` one: no headers reach it);
     an HTTP upstream with a credential gets the credential injector, last;
     the codec ends a non-empty chain. Other upstreams keep Envoy's default
     chain (the codec alone).
@@ -349,43 +343,3 @@ def _san_matcher(san: ir.SubjectAltName) -> Any:
     else:
         matcher.exact = san.value
     return common_pb2.SubjectAltNameMatcher(san_type=_SAN_TYPES[san.kind], matcher=matcher)
-
-
-# --------------------------------------------------------------------------
-# The TCP egress tunnel
-# --------------------------------------------------------------------------
-
-
-def tcp_egress_cluster() -> Any:
-    """The cluster leading to the internal listener :data:`TCP_EGRESS`, over HTTP/2.
-
-    Every tunneled connection is one stream of it, whatever its listener, so
-    its circuit breakers are lifted: the real clusters' own limits apply, as
-    for TCP listeners that are not tunneled.
-    """
-    return internal_cluster(TCP_EGRESS)
-
-
-def mirror_egress_cluster() -> Any:
-    """The cluster leading to the internal listener :data:`MIRROR_EGRESS` (as :func:`tcp_egress_cluster`)."""
-    return internal_cluster(MIRROR_EGRESS)
-
-
-def internal_cluster(name: str) -> Any:
-    """A cluster to the internal listener ``name``, over HTTP/2, without circuit-breaker limits."""
-    out = cluster_pb2.Cluster(name=name, connect_timeout=duration_ms(1000))
-    out.type = cluster_pb2.Cluster.STATIC
-    endpoint = endpoint_components_pb2.LbEndpoint()
-    endpoint.endpoint.address.envoy_internal_address.server_listener_name = name
-    out.load_assignment.cluster_name = name
-    out.load_assignment.endpoints.add(lb_endpoints=[endpoint])
-    limit = wrappers_pb2.UInt32Value(value=1_000_000_000)
-    out.circuit_breakers.thresholds.append(
-        circuit_breaker_pb2.CircuitBreakers.Thresholds(
-            max_connections=limit, max_pending_requests=limit, max_requests=limit
-        )
-    )
-    options = http_protocol_options_pb2.HttpProtocolOptions()
-    options.explicit_http_config.http2_protocol_options.SetInParent()
-    out.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(pack(options))
-    return out

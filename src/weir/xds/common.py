@@ -2,9 +2,7 @@
 
 Two things. The names that tie one resource to another: the cluster a route
 or TCP proxy points at (:func:`cluster_name`, :data:`UNRESOLVED_CLUSTER`),
-the internal path of guarded TCP traffic (:data:`TCP_EGRESS`,
-:func:`tunnel_authority`), the egress guard's RBAC policies, the CORS filter
-that routes configure by name, the key of a cluster's HTTP protocol options.
+the CORS filter that routes configure by name, the key of a cluster's HTTP protocol options.
 And the small messages every builder uses: the ADS config source, socket
 addresses, durations, deterministic packing into ``Any``.
 
@@ -29,31 +27,6 @@ from weir import ir
 UNRESOLVED_CLUSTER = "weir-unresolved-backend"
 
 
-#: The name of the internal listener, its route configuration and the cluster
-#: leading to it, through which a TCP listener with a guarded upstream relays
-#: its connections (see :func:`weir.xds.listeners.tcp_listener`). No IR name looks like it (IR
-#: listener names contain ``:``, upstream names ``/``).
-TCP_EGRESS = "weir-tcp-egress"
-
-#: The internal listener (and the cluster leading to it) through which request
-#: mirrors to a guarded upstream go (see :func:`weir.xds.listeners.mirror_egress_listener`),
-#: and the request header naming the mirror's real cluster there. Envoy's
-#: upstream RBAC filter skips requests that have no downstream connection, as
-#: mirror copies have none: sent straight to their cluster they passed the
-#: guard unchecked. Through this listener they are requests like any other.
-MIRROR_EGRESS = "weir-mirror-egress"
-MIRROR_CLUSTER_HEADER = "x-weir-mirror-cluster"
-
-
-#: The egress guard: the RBAC policy that denies a network is named
-#: ``EGRESS_POLICY_PREFIX + CIDR``, so Envoy's response code details (in the
-#: access log and the 403's body) read
-#: ``rbac_access_denied_matched_policy[weir-denied-network:10.0.0.0/8]``.
-#: Its counters are ``cluster.<upstream>.rbac.denied`` and ``.allowed`` (the
-#: guard is the only RBAC filter on a cluster).
-EGRESS_POLICY_PREFIX = "weir-denied-network:"
-
-
 #: The CORS filter of HTTP listeners; routes configure it under this name.
 CORS_FILTER = "envoy.filters.http.cors"
 
@@ -75,30 +48,6 @@ def upstream_of(
 
 def cluster_name(upstream: ir.Upstream | None) -> str:
     return UNRESOLVED_CLUSTER if upstream is None else upstream.name
-
-
-def guarded(upstream: ir.Upstream) -> bool:
-    """Whether ``upstream`` needs a per-request guard in Envoy: never any more.
-
-    External hostnames are EDS clusters whose assignments hold only allowed
-    addresses (:mod:`weir.xds.endpoints`), so no path needs the detours
-    through :data:`TCP_EGRESS` or :data:`MIRROR_EGRESS` that a per-request
-    filter needed.
-    """
-    return False
-
-
-def tunnel_authority(name: str) -> str:
-    """The ``CONNECT`` authority (and :data:`TCP_EGRESS` domain) of a relay: its name as a valid authority.
-
-    A TCP listener's name (``127.0.0.1:5432``) is one already. A TLS relay's
-    (``127.0.0.1:443/db.example.com``, ``127.0.0.1:443/*.example.com``) has a
-    ``/``, which an authority cannot carry, and maybe a ``*``, which Envoy
-    reads as a wildcard in a domain: ``127.0.0.1:443.db.example.com``,
-    ``127.0.0.1:443._.example.com`` (no hostname has a ``_``, and a port has
-    no ``.``, so no two relays share one).
-    """
-    return name.replace("/", ".", 1).replace("*", "_")
 
 
 def ads() -> Any:

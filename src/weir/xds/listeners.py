@@ -5,9 +5,7 @@
   (CORS, router), JSON access log, local replies (the egress guard's 403
   body) and path normalisation; where routes lead to MCP tool policies,
   also their filters, gRPC access log and JSON-RPC errors (:mod:`weir.xds.mcp`).
-- TCP listeners (:func:`tcp_listener`): a TCP proxy to the backends'
-  clusters, or, when an upstream is guarded, a tunnel through the internal
-  listener :data:`~weir.xds.common.TCP_EGRESS` (:func:`tcp_egress_listener`).
+- TCP listeners (:func:`tcp_listener`): a TCP proxy to the backends' clusters.
 - TLS listeners (:func:`tls_listener`): a TLS inspector, and one filter
   chain per HTTPS server (TLS termination and a connection manager whose
   routes are named after the server) and per TLS relay (a TCP proxy, behind
@@ -27,10 +25,8 @@ from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.core.v3 import substitution_format_string_pb2 as format_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2, udp_listener_config_pb2
-from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
-from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
@@ -46,16 +42,12 @@ from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 from weir import ir
 from weir.xds import filters, oauth2
 from weir.xds.common import (
-    MIRROR_CLUSTER_HEADER,
-    MIRROR_EGRESS,
-    TCP_EGRESS,
     UNRESOLVED_CLUSTER,
     ads,
     cluster_name,
     duration_ms,
     pack,
     socket_address,
-    tunnel_authority,
 )
 from weir.xds.endpoints import DENIED_HOST_PREFIX
 from weir.xds.mcp import McpUse
@@ -86,10 +78,9 @@ ACCESS_LOG_FORMAT = {
 
 
 #: JSON access log fields of TCP listeners (one line per connection, when it
-#: ends). For a listener relayed through :data:`TCP_EGRESS`, ``upstream_cluster``
-#: is that internal cluster; the internal listener's own line (HTTP fields,
-#: method ``CONNECT``, authority the TCP listener's name) names the real
-#: upstream, its address, and the guard's refusal in ``response_code_details``.
+#: ends). A connection to an external hostname whose every address is denied
+#: names the internal listener ``weir-egress-denied`` in ``upstream_host``
+#: (see :mod:`weir.xds.endpoints`).
 TCP_ACCESS_LOG_FORMAT = {
     "start_time": "%START_TIME%",
     "listener": "%DOWNSTREAM_LOCAL_ADDRESS%",
@@ -259,32 +250,18 @@ def _access_log(fields: Mapping[str, str] = ACCESS_LOG_FORMAT) -> Any:
 # --------------------------------------------------------------------------
 
 
-def tcp_listener(listener: ir.TcpListener, chosen: list[ir.Upstream | None], *, tunnel: bool) -> Any:
-    """A listener whose single filter chain is a TCP proxy to the listener's backends.
+def tcp_listener(listener: ir.TcpListener, chosen: list[ir.Upstream | None]) -> Any:
+    """A listener whose single filter chain is a TCP proxy to the listener's backends (``chosen``:
+    their upstreams, ``None`` for a failed share), picked by weight.
 
-    The egress guard (an RBAC filter on the cluster) is an HTTP filter: it
-    runs in a router, once an address is chosen and before the connection to
-    it is made, and a TCP proxy has no router. Envoy 1.40 has no upstream
-    network filter that could refuse an address instead (the only one it
-    registers is for reverse tunnels), and the network RBAC filter on the
-    listener fails open: its ``upstream_ip_port`` matcher finds no upstream
-    address there. So when a backend of the listener is guarded (``tunnel``),
-    the TCP proxy does not connect itself: it tunnels each connection as an
-    HTTP/2 ``CONNECT`` to :data:`TCP_EGRESS`, an internal listener (in
-    process, no socket) whose router picks the backend by weight and
-    terminates the ``CONNECT`` into a plain TCP connection to the real
-    cluster; that cluster's guard refuses a denied address with 403 before
-    connecting, and the TCP proxy then closes the client's connection
-    without having sent it a byte. Otherwise the TCP proxy picks the
-    cluster by weight itself (``weighted_clusters``).
+    An external hostname's cluster holds only the addresses its egress policy
+    allows (:mod:`weir.xds.endpoints`), so the proxy connects directly.
     """
     return listener_pb2.Listener(
         name=listener.name,
         address=socket_address(listener.address, listener.port),
         filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[_tcp_proxy(listener.name, listener, chosen, tunnel=tunnel)]
-            )
+            listener_components_pb2.FilterChain(filters=[_tcp_proxy(listener.name, listener, chosen)])
         ],
     )
 
@@ -323,7 +300,6 @@ def _tcp_proxy(
     relay: ir.TcpListener | ir.TlsRelay,
     chosen: list[ir.Upstream | None],
     *,
-    tunnel: bool,
     access_log: Mapping[str, str] = TCP_ACCESS_LOG_FORMAT,
 ) -> Any:
     """The TCP proxy filter relaying the connections of a TCP listener or a TLS relay (see above)."""
@@ -334,98 +310,12 @@ def _tcp_proxy(
         idle_timeout=duration_ms(relay.idle_timeout_ms),
         access_log=[_access_log(access_log)],
     )
-    if tunnel:
-        proxy.cluster = TCP_EGRESS
-        # The authority of the CONNECT names the relay: its virtual host in TCP_EGRESS.
-        proxy.tunneling_config.hostname = tunnel_authority(relay.name)
-    elif len(relay.backends) <= 1:
+    if len(relay.backends) <= 1:
         proxy.cluster = cluster_name(chosen[0] if chosen else None)
     else:
         for backend, upstream in zip(relay.backends, chosen, strict=True):
             proxy.weighted_clusters.clusters.add(name=cluster_name(upstream), weight=backend.weight)
     return listener_components_pb2.Filter(name="envoy.filters.network.tcp_proxy", typed_config=pack(proxy))
-
-
-def tcp_egress_listener() -> Any:
-    """The internal listener tunneled TCP connections arrive at, as HTTP/2 ``CONNECT`` streams.
-
-    Its routes (:func:`weir.xds.routes.tcp_egress_routes`) come over RDS, so a TCPRoute
-    change never touches (and drains) this listener. It logs each tunneled
-    connection like an HTTP request: the guard's refusals appear there with
-    their policy name.
-    """
-    hcm = hcm_pb2.HttpConnectionManager(
-        stat_prefix=TCP_EGRESS,
-        codec_type=hcm_pb2.HttpConnectionManager.HTTP2,
-        rds=hcm_pb2.Rds(config_source=ads(), route_config_name=TCP_EGRESS),
-        http_filters=[
-            hcm_pb2.HttpFilter(
-                name="envoy.filters.http.router",
-                typed_config=pack(router_pb2.Router(suppress_envoy_headers=True)),
-            )
-        ],
-        upgrade_configs=[hcm_pb2.HttpConnectionManager.UpgradeConfig(upgrade_type="CONNECT")],
-        access_log=[_access_log()],
-        generate_request_id=wrappers_pb2.BoolValue(value=False),
-    )
-    hcm.http2_protocol_options.allow_connect = True
-    return _internal_listener(TCP_EGRESS, hcm)
-
-
-def _internal_listener(name: str, hcm: Any) -> Any:
-    """An internal listener (reached only through internal clusters) running ``hcm``."""
-    out = listener_pb2.Listener(
-        name=name,
-        filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[
-                    listener_components_pb2.Filter(
-                        name="envoy.filters.network.http_connection_manager", typed_config=pack(hcm)
-                    )
-                ]
-            )
-        ],
-    )
-    out.internal_listener.SetInParent()
-    return out
-
-
-def mirror_egress_listener() -> Any:
-    """The internal listener request mirrors to guarded upstreams arrive at (:data:`MIRROR_EGRESS`).
-
-    A mirror policy aimed at a guarded upstream sends its copy here, over the
-    internal cluster, with :data:`MIRROR_CLUSTER_HEADER` naming the real
-    cluster (set by the policy itself, so a client cannot choose it; nothing
-    but those policies reaches an internal listener). The one route forwards
-    to that cluster, whose filters, the egress guard among them, now run with
-    a downstream connection like for any request, and removes the header.
-    The route configuration is inline: it never changes. No timeout here:
-    the mirror policy's route has one. Refusals are logged like requests.
-    """
-    route = route_components_pb2.Route(name=MIRROR_EGRESS)
-    route.match.prefix = "/"
-    route.route.cluster_header = MIRROR_CLUSTER_HEADER
-    route.route.timeout.CopyFrom(duration_ms(0))
-    route.request_headers_to_remove.append(MIRROR_CLUSTER_HEADER)
-    hcm = hcm_pb2.HttpConnectionManager(
-        stat_prefix=MIRROR_EGRESS,
-        codec_type=hcm_pb2.HttpConnectionManager.HTTP2,
-        route_config=route_pb2.RouteConfiguration(
-            name=MIRROR_EGRESS,
-            virtual_hosts=[
-                route_components_pb2.VirtualHost(name=MIRROR_EGRESS, domains=["*"], routes=[route])
-            ],
-        ),
-        http_filters=[
-            hcm_pb2.HttpFilter(
-                name="envoy.filters.http.router",
-                typed_config=pack(router_pb2.Router(suppress_envoy_headers=True)),
-            )
-        ],
-        access_log=[_access_log()],
-        generate_request_id=wrappers_pb2.BoolValue(value=False),
-    )
-    return _internal_listener(MIRROR_EGRESS, hcm)
 
 
 # --------------------------------------------------------------------------
@@ -436,7 +326,6 @@ def mirror_egress_listener() -> Any:
 def tls_listener(
     listener: ir.TlsListener,
     relays: Mapping[str, list[ir.Upstream | None]],
-    tunnels: set[str],
     mcp_servers: Mapping[str, McpUse] | None = None,
     oauth2_servers: Mapping[str, tuple[ir.OAuth2Credential, ...]] | None = None,
 ) -> Any:
@@ -449,8 +338,7 @@ def tls_listener(
     terminate TLS and run a connection manager whose routes, over RDS, are
     named after the server; relays run a TCP proxy, behind a TLS
     termination when they have certificates. ``relays`` gives each relay's
-    upstreams (``None``: failed to resolve); ``tunnels`` names the relays that go
-    through :data:`TCP_EGRESS` (guarded upstreams, as for TCP listeners);
+    upstreams (``None``: failed to resolve);
     ``mcp_servers`` the HTTPS servers with routes to upstreams with MCP tool
     policies (as ``mcp_tools`` of :func:`http_listener`), ``oauth2_servers`` the
     OAuth2 credentials of each HTTPS server's routes. With no entry at
@@ -480,7 +368,6 @@ def tls_listener(
             listener.name,
             relay,
             relays[relay.name],
-            tunnel=relay.name in tunnels,
             access_log=TLS_RELAY_ACCESS_LOG_FORMAT,
         )
         chain = listener_components_pb2.FilterChain(

@@ -1,9 +1,7 @@
 """Route configurations: IR virtual hosts and routes → Envoy ``RouteConfiguration`` resources.
 
 Part of :mod:`weir.xds.build`. :func:`route_configuration` builds the routes
-of an HTTP listener or of an HTTPS server of a TLS listener;
-:func:`tcp_egress_routes` those of the internal listener
-:data:`~weir.xds.common.TCP_EGRESS`. An IR route becomes an Envoy route: its
+of an HTTP listener or of an HTTPS server of a TLS listener. An IR route becomes an Envoy route: its
 match (path, headers, query parameters, method) and its action, a direct
 response, a redirect, or forwarding to weighted clusters with timeouts,
 retries, request mirrors, header edits (per route and per backend), path and
@@ -30,13 +28,8 @@ from google.protobuf import wrappers_pb2
 from weir import ir
 from weir.xds import filters, mcp, oauth2
 from weir.xds.common import (
-    MIRROR_CLUSTER_HEADER,
-    MIRROR_EGRESS,
-    TCP_EGRESS,
     cluster_name,
     duration_ms,
-    guarded,
-    tunnel_authority,
     upstream_of,
 )
 from weir.xds.filters.cors import origin_matcher as origin_matcher  # build re-exports it
@@ -286,12 +279,6 @@ def _forward_extras(
         policy = action.request_mirror_policies.add(
             cluster=target.name, disable_shadow_host_suffix_append=True
         )
-        if guarded(target):  # its guard only sees requests with a downstream connection
-            policy.cluster = MIRROR_EGRESS
-            mutation = policy.request_headers_mutations.add()
-            mutation.append.header.key = MIRROR_CLUSTER_HEADER
-            mutation.append.header.value = target.name
-            mutation.append.append_action = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
         if target.host_header is not None:
             policy.host_rewrite_literal = target.host_header
         if mirror.numerator != mirror.denominator:
@@ -454,48 +441,3 @@ def fraction(numerator: int, denominator: int) -> Any:
         if scale % denominator == 0:
             return kinds(numerator=numerator * (scale // denominator), denominator=kind)
     return kinds(numerator=round(numerator * 1_000_000 / denominator), denominator=kinds.MILLION)
-
-
-# --------------------------------------------------------------------------
-# The TCP egress tunnel
-# --------------------------------------------------------------------------
-
-
-def tcp_egress_routes(
-    listeners: list[ir.TcpListener | ir.TlsRelay], upstreams: Mapping[str, ir.Upstream]
-) -> Any:
-    """One virtual host per tunneled TCP listener or TLS relay, forwarding ``CONNECT`` by weight.
-
-    The virtual host's domain is the relay's ``CONNECT`` authority (:func:`tunnel_authority`).
-
-    ``connect_config`` terminates the ``CONNECT``: the router opens a plain
-    TCP connection to the chosen cluster (through its TLS transport socket,
-    if any) once the cluster's filters, the egress guard among them, let the
-    stream pass. No request timeout (it would cut the connection); the idle
-    timeout is the TCP listener's.
-    """
-    vhosts = []
-    for listener in sorted(listeners, key=lambda x: x.name):
-        route = route_components_pb2.Route(name=listener.name)
-        route.match.connect_matcher.SetInParent()
-        action = route.route
-        action.timeout.CopyFrom(duration_ms(0))
-        action.idle_timeout.CopyFrom(duration_ms(listener.idle_timeout_ms))
-        action.upgrade_configs.add(upgrade_type="CONNECT").connect_config.SetInParent()
-        chosen = [upstream_of(listener.name, b, upstreams) for b in listener.backends]
-        if any(upstream is None for upstream in chosen):
-            action.cluster_not_found_response_code = route_components_pb2.RouteAction.INTERNAL_SERVER_ERROR
-        if len(chosen) == 1:
-            action.cluster = cluster_name(chosen[0])
-        else:
-            for backend, upstream in zip(listener.backends, chosen, strict=True):
-                weight = action.weighted_clusters.clusters.add(name=cluster_name(upstream))
-                weight.weight.value = backend.weight
-        vhosts.append(
-            route_components_pb2.VirtualHost(
-                name=listener.name, domains=[tunnel_authority(listener.name)], routes=[route]
-            )
-        )
-    return route_pb2.RouteConfiguration(
-        name=TCP_EGRESS, virtual_hosts=vhosts, validate_clusters=wrappers_pb2.BoolValue(value=False)
-    )

@@ -16,11 +16,11 @@ from weir.api.discovery_v1 import EndpointSlice
 from weir.api.gateway_v1 import Gateway, GatewayClass
 from weir.cli import app
 from weir.features import SUPPORTED_FEATURES
+from weir.infrastructure import TRACKED_ANNOTATION, service_name
 from weir.providers.kubernetes.gateway_services import desired_service, desired_slices, service_patch
 from weir.providers.kubernetes.provider import KubernetesOptions
 from weir.resources import Resources
 from weir.translate import Settings, translate
-from weir.translate.infrastructure import TRACKED_ANNOTATION, service_name
 
 GW = "gateway.networking.k8s.io/v1"
 UID = "0b9c3c9e-0000-4000-8000-000000000001"

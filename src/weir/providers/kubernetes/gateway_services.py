@@ -1,7 +1,7 @@
 """The per-Gateway Services of ``--gateway-services``: kept by the leader (opt-in).
 
 What the Service is, and how translation reads it, is in
-:mod:`weir.translate.infrastructure`. This module keeps them in the cluster:
+:mod:`weir.infrastructure`. This module keeps them in the cluster:
 
 * **Which Gateways**: those of weir's GatewayClasses (``controllerName``), with
   a ``uid`` (read from a cluster).
@@ -25,7 +25,7 @@ What the Service is, and how translation reads it, is in
 * **Never taken over**: a Service of that name without weir's uid label *and*
   an ownerReference to the Gateway is someone else's: weir leaves it, reports
   a Warning Event on the Gateway, and translation says so in ``Accepted``'s
-  message (:func:`weir.translate.infrastructure.foreign_service`).
+  message (:func:`weir.infrastructure.foreign_service`).
 
 It works from label-selected lists of the API server (the cache keeps no
 ownerReferences), only when what a snapshot says changed, only on the leader
@@ -47,10 +47,7 @@ from weir.api.core_v1 import Service
 from weir.api.discovery_v1 import SERVICE_NAME_LABEL, EndpointSlice
 from weir.api.gateway_v1 import API_VERSION as GATEWAY_API_VERSION
 from weir.api.gateway_v1 import Gateway
-from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe, is_transient, status_code
-from weir.providers.kubernetes.watch import Backoff
-from weir.resources import Resources
-from weir.translate.infrastructure import (
+from weir.infrastructure import (
     GATEWAY_UID_LABEL,
     MANAGED_BY,
     TRACKED_ANNOTATION,
@@ -61,6 +58,9 @@ from weir.translate.infrastructure import (
     tracked_keys,
     weir_labels,
 )
+from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe, is_transient, status_code
+from weir.providers.kubernetes.watch import Backoff
+from weir.resources import Resources
 
 __all__ = ["GatewayServices", "desired_service", "desired_slices", "service_patch"]
 

@@ -84,6 +84,7 @@ from weir.api import registry
 from weir.api.meta import ObjectKey
 from weir.api.xbackend_v1alpha1 import SCHEMAS as XBACKEND_SCHEMAS
 from weir.api.xbackend_v1alpha1 import Shape, XBackend
+from weir.infrastructure import ServiceType
 from weir.loader import Problem
 from weir.metrics import MetricFamily, gauge
 from weir.providers.kubernetes.api import CRD, KubeApi, WatchedKind, describe, load_config
@@ -96,7 +97,6 @@ from weir.providers.kubernetes.selector import SelectorServices
 from weir.providers.kubernetes.status import StatusWriter
 from weir.providers.kubernetes.watch import Backoff, KindWatcher, Outage, WatchTiming
 from weir.providers.kubernetes.xbackend import CRD_NAME, crd_shape, statuses_for_crd
-from weir.translate.infrastructure import ServiceType
 
 __all__ = [
     "DEFAULT_LEASE_NAME",

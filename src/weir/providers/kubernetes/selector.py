@@ -32,12 +32,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from weir.api.core_v1 import Service
-from weir.api.xbackend_v1alpha1 import XBackend
+from weir.api.xbackend_v1alpha1 import SELECTOR_LABEL, XBackend
 from weir.providers.kubernetes.api import KubeApi, WatchedKind, describe
 from weir.providers.kubernetes.watch import Backoff
 from weir.providers.kubernetes.xbackend import headless_service
 from weir.resources import Resources
-from weir.translate.backends import SELECTOR_SERVICE_LABEL
 
 __all__ = ["SelectorServices", "plan"]
 
@@ -98,7 +97,7 @@ def plan(
         meta = raw.get("metadata") or {}
         if _owner_uid(raw) is None:
             continue  # not weir's
-        owner = (str(meta.get("namespace")), str((meta.get("labels") or {}).get(SELECTOR_SERVICE_LABEL)))
+        owner = (str(meta.get("namespace")), str((meta.get("labels") or {}).get(SELECTOR_LABEL)))
         svc = wanted.get(owner)
         if svc is not None and owner not in kept and _matches(raw, svc):
             kept.add(owner)
@@ -139,7 +138,7 @@ class SelectorServices:
         labelled = sorted(
             (s.namespace, s.name, s.metadata.resource_version or "")
             for s in resources.all(Service)
-            if SELECTOR_SERVICE_LABEL in s.metadata.labels
+            if SELECTOR_LABEL in s.metadata.labels
         )
         seen = (sorted((k, repr(v)) for k, v in wanted.items()), labelled, xbackends_served)
         if seen == self._seen:
@@ -175,7 +174,7 @@ class SelectorServices:
                 self._backoff.reset()
 
     async def _reconcile(self) -> None:
-        selector = {SELECTOR_SERVICE_LABEL: None}  # lightkube: the label exists
+        selector = {SELECTOR_LABEL: None}  # lightkube: the label exists
         existing: list[dict[str, Any]] = []
         for namespace in self._namespaces or (None,):
             items, _ = await self._api.list(SERVICE, namespace, labels=selector)
@@ -190,7 +189,7 @@ class SelectorServices:
                 "created Service %s/%s for XBackend %s",
                 svc["metadata"]["namespace"],
                 (made.get("metadata") or {}).get("name"),
-                svc["metadata"]["labels"][SELECTOR_SERVICE_LABEL],
+                svc["metadata"]["labels"][SELECTOR_LABEL],
             )
         for namespace, name in delete:
             if not self._is_leader():

@@ -22,9 +22,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from weir.api.meta import ObjectKey
-from weir.api.xbackend_v1alpha1 import API_VERSION, SCHEMAS, Shape, XBackend
-from weir.translate.backends import SELECTOR_SERVICE_LABEL
-from weir.translate.status import reshape_xbackend_status
+from weir.api.xbackend_v1alpha1 import (
+    API_VERSION,
+    SCHEMAS,
+    SELECTOR_LABEL,
+    Shape,
+    XBackend,
+    reshape_xbackend_status,
+)
 
 __all__ = ["CRD_NAME", "crd_shape", "headless_service", "statuses_for_crd"]
 
@@ -91,7 +96,7 @@ def headless_service(xb: XBackend) -> dict[str, Any] | None:
         "metadata": {
             "generateName": f"{xb.name[:57]}-",
             "namespace": xb.namespace,
-            "labels": {SELECTOR_SERVICE_LABEL: xb.name},
+            "labels": {SELECTOR_LABEL: xb.name},
             "ownerReferences": [owner],
         },
         "spec": {

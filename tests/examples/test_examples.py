@@ -9,7 +9,7 @@
 3. Every output block of ``docs/xbackend.md`` that follows a marker
    ``<!-- output: COMMAND | VIEW -->`` is what weir prints today, byte for
    byte (see :func:`render` for the views).
-   ``WEIR_UPDATE_DOCS=1 python -m pytest tests/unit/test_examples.py``
+   ``WEIR_UPDATE_DOCS=1 python -m pytest tests/examples/test_examples.py``
    rewrites those blocks; review the diff like code.
 """
 

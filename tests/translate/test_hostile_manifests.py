@@ -2,7 +2,7 @@
 
 Hypothesis mutates real manifests (the golden inputs under
 tests/translate/testdata and a valid manifest of every kind weir reads,
-under tests/unit/testdata/loader/valid) at two levels:
+under tests/loader/testdata/loader/valid) at two levels:
 
 * the data: any value replaced by a hostile one (wrong types, huge and
   special numbers, long and odd strings, deep nesting), keys dropped or
@@ -22,7 +22,7 @@ its own file unless the file as a whole cannot be read) load as before.
 Cost: the ``ci`` profile (the default) runs about 30 s in all. For a
 release, run the long profile::
 
-    WEIR_FUZZ=release python -m pytest tests/unit/test_hostile_manifests.py -q
+    WEIR_FUZZ=release python -m pytest tests/translate/test_hostile_manifests.py -q
 
 (``WEIR_FUZZ_EXAMPLES=N`` sets the number of examples per test instead;
 see docs/architecture.md, "Failure model").
@@ -54,7 +54,7 @@ from weir.xds import build
 ROOT = Path(__file__).parents[1]
 SEEDS: list[tuple[str, list[Any]]] = []
 for _path in sorted((ROOT / "translate" / "testdata").glob("*.in.yaml")) + sorted(
-    (ROOT / "unit" / "testdata" / "loader" / "valid").glob("*.yaml")
+    (ROOT / "loader" / "testdata" / "loader" / "valid").glob("*.yaml")
 ):
     _docs = [d for d in yaml.safe_load_all(_path.read_text()) if isinstance(d, dict)]
     if _docs:
