@@ -526,14 +526,23 @@ async def test_a_sigv4_policy_without_its_secret_key_refuses_its_backend(world: 
 async def test_metrics_count_fetches_refusals_and_signatures(world: World) -> None:
     await eventually_ok(world, "/llm/metrics")
     assert (await world.request("GET", "/bedrock/metrics")).status_code == 200
-    text = await world.metrics()
-    lines = {
-        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and line[0] != "#"
-    }
     socket = f"127.0.0.1:{world.weir.gateway_port}"
-    assert lines[f'weir_oauth2_token_fetches_total{{socket="{socket}"}}'] >= 1
-    assert lines[f'weir_credential_refusals_total{{socket="{socket}"}}'] >= 1
     signed = (
         'weir_backend_sigv4_signed_total{kind="XBackend",namespace="default",name="bedrock",result="signed"}'
     )
+    # /metrics may answer from a scrape of Envoy's stats up to ENVOY_STATS_TTL_S old (an earlier
+    # test's): read until the signed request shows.
+    deadline = time.monotonic() + 10
+    while True:
+        text = await world.metrics()
+        lines = {
+            line.split(" ")[0]: float(line.split(" ")[1])
+            for line in text.splitlines()
+            if line and line[0] != "#"
+        }
+        if lines.get(signed, 0) >= 1 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.25)
+    assert lines[f'weir_oauth2_token_fetches_total{{socket="{socket}"}}'] >= 1
+    assert lines[f'weir_credential_refusals_total{{socket="{socket}"}}'] >= 1
     assert lines[signed] >= 1
