@@ -40,7 +40,7 @@ from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
 from weir import ir
-from weir.xds import filters, oauth2
+from weir.xds import filters
 from weir.xds.common import (
     UNRESOLVED_CLUSTER,
     ads,
@@ -168,9 +168,8 @@ def _http_connection_manager(
         mcp_tools=mcp_tools is not None,
         mcp_jwt=mcp_tools.jwt if mcp_tools is not None else frozenset(),
         unverified_certificates=unverified_certificates,
+        oauth2_credentials=oauth2_credentials,
     )
-    http_filters = filters.http_filters(needs)
-    http_filters[-1:-1] = oauth2.http_filters(oauth2_credentials)
     hcm = hcm_pb2.HttpConnectionManager(
         # Envoy names listener stats ``listener.ADDRESS_PORT``; follow suit.
         stat_prefix=listener_name.replace(":", "_"),
@@ -178,7 +177,7 @@ def _http_connection_manager(
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads(), route_config_name=route_config_name),
         # The chain of the filter registry, in its declared order (weir.xds.filters).
-        http_filters=http_filters,
+        http_filters=filters.http_filters(needs),
         access_log=[_access_log(), *filters.access_logs(needs)],
         # The listener faces clients directly: trust the peer address, not a
         # client-supplied x-forwarded-for, for x-forwarded-for and "internal".

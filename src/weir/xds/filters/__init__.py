@@ -43,6 +43,9 @@ class ChainNeeds:
     #: An HTTPS server that lets in clients whose certificate it could not verify
     #: (``AllowInsecureFallback``): client certificates prove nothing there.
     unverified_certificates: bool = False
+    #: The OAuth2 credentials of the upstreams those routes reach
+    #: (:func:`weir.xds.oauth2.credentials_used`): a token filter each.
+    oauth2_credentials: tuple[ir.OAuth2Credential, ...] = ()
 
 
 def _none(needs: ChainNeeds) -> Sequence[Any]:
