@@ -31,7 +31,7 @@ import httpx
 import pytest
 import pytest_asyncio
 import yaml
-from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, Weir, pid_alive
+from weir_harness import FORBIDDEN_IP, GATEWAY_HEAD, Weir, eventually, pid_alive
 
 import sigv4
 from weir.testkit import CertAuthority, DnsStub, RecordingUpstream, free_port, make_ca, server_ssl_context
@@ -530,19 +530,19 @@ async def test_metrics_count_fetches_refusals_and_signatures(world: World) -> No
     signed = (
         'weir_backend_sigv4_signed_total{kind="XBackend",namespace="default",name="bedrock",result="signed"}'
     )
+
     # /metrics may answer from a scrape of Envoy's stats up to ENVOY_STATS_TTL_S old (an earlier
     # test's): read until the signed request shows.
-    deadline = time.monotonic() + 10
-    while True:
+    async def counted() -> dict[str, float] | None:
         text = await world.metrics()
         lines = {
             line.split(" ")[0]: float(line.split(" ")[1])
             for line in text.splitlines()
             if line and line[0] != "#"
         }
-        if lines.get(signed, 0) >= 1 or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.25)
+        return lines if lines.get(signed, 0) >= 1 else None
+
+    lines, _ = await eventually(counted, timeout=10, interval=0.25)
     assert lines[f'weir_oauth2_token_fetches_total{{socket="{socket}"}}'] >= 1
     assert lines[f'weir_credential_refusals_total{{socket="{socket}"}}'] >= 1
     assert lines[signed] >= 1
