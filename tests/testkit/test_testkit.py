@@ -455,3 +455,12 @@ async def test_dns_stub_truncates_udp_and_ignores_garbage() -> None:
         assert stub.answer(b"\x00garbage") is None
         with pytest.raises(ValueError):
             stub.set("bad.test", ["not-an-ip"])
+
+
+def test_free_port_does_not_hand_out_a_port_twice() -> None:
+    """Two ports asked for before either is bound must differ (the kernel may return a closed
+    port again at once: a Gateway's HTTP and HTTPS listeners once got the same port)."""
+    from weir.testkit import free_port
+
+    ports = [free_port() for _ in range(2000)]
+    assert len(set(ports)) == len(ports)

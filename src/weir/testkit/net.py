@@ -7,6 +7,7 @@ to more than one address, or to something unexpected).
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import socket
 
@@ -58,7 +59,22 @@ def free_port(host: str = "127.0.0.1") -> int:
     """
     require_loopback(host, what="free_port")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
+    # The kernel may hand out a closed port again at once: a test asking for two ports before
+    # binding either (a gateway's and a listener's) then got the same one twice. A port handed
+    # out recently in this process is not handed out again.
+    for _ in range(64):
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            break
+    if len(_RECENT) == _RECENT.maxlen:
+        _HANDED_OUT.discard(_RECENT[0])
+    _RECENT.append(port)
+    _HANDED_OUT.add(port)
     return port
+
+
+#: The ports :func:`free_port` handed out last (bounded: the oldest are forgotten).
+_RECENT: collections.deque[int] = collections.deque(maxlen=4096)
+_HANDED_OUT: set[int] = set()
