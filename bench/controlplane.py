@@ -576,6 +576,7 @@ MILESTONES = (
     ("served", re.compile(r"serving configuration (\S+) .*translated in ([\d.]+) ms")),
     ("envoy_ready", re.compile(r"Envoy is ready")),
     ("programmed", re.compile(r"programmed (\d+) ms after it was served")),
+    ("cache_written", re.compile(r"parse cache: wrote (\d+) files")),
 )
 
 
@@ -653,13 +654,16 @@ class EndToEnd:
     envoy_rss_end: float = 0.0
     edits: list[dict[str, Any]] = field(default_factory=list)
     failed_edits: int = 0
+    #: The same measures for a second ``weir run`` on the same folder after the first stopped
+    #: (the edits made, the parse cache written): start_s, weir_cpu_start_s and milestones.
+    restart: dict[str, float] = field(default_factory=dict)
     #: Why ``weir run`` did not serve every sampled route (then nothing after start was measured).
     error: str = ""
     attempts: int = 1
 
 
 def weir_command(
-    folder: Path, dns_port: int, admin_port: int, config: Config, profile: Path | None
+    folder: Path, dns_port: int, admin_port: int, config: Config, profile: Path | None, cache_dir: Path
 ) -> list[str]:
     main = f"import cProfile; cProfile.run('main()', {str(profile)!r})" if profile else "main()"
     return [
@@ -679,6 +683,8 @@ def weir_command(
         "info",
         "--envoy-log-level",
         config.envoy_log_level,
+        "--cache-dir",
+        str(cache_dir),
     ]
 
 
@@ -692,10 +698,15 @@ def run_end_to_end(
     dns_port: int,
     config: Config,
     profile: Path | None,
+    *,
+    edits: int,
+    cache_dir: Path,
 ) -> EndToEnd:
+    """Start ``weir run`` on ``folder``, time it until every sampled route answers, make ``edits``
+    edits; then wait for the parse cache to be written (a restart on ``cache_dir`` reads it)."""
     result = EndToEnd()
     admin_port = free_ports(1)[0]
-    cmd = weir_command(folder, dns_port, admin_port, config, profile)
+    cmd = weir_command(folder, dns_port, admin_port, config, profile, cache_dir)
     env = {**os.environ, "COLUMNS": "400", "PYTHONUNBUFFERED": "1"}
     prober = Prober(pki.ca_pem)
     hz = os.sysconf("SC_CLK_TCK")
@@ -746,7 +757,6 @@ def run_end_to_end(
         result.envoy_rss_start = rss_mib(envoy_pid)[0]
 
         rng = random.Random(11)
-        edits = config.edits
         targets = rng.sample(range(n), edits) if edits <= n else [rng.randrange(n) for _ in range(edits)]
         versions = dict.fromkeys(targets, 1)
         backends = dict.fromkeys(targets, 0)
@@ -786,6 +796,9 @@ def run_end_to_end(
             wait_idle(pids, timeout=120)
         result.weir_rss_end, result.weir_hwm_end = rss_mib(proc.pid)
         result.envoy_rss_end = rss_mib(envoy_pid)[0]
+        limit = time.perf_counter() + 120
+        while logs.first("cache_written", t0) is None and time.perf_counter() < limit:
+            time.sleep(0.2)
         return result
     finally:
         prober.close()
@@ -854,14 +867,28 @@ def run_one(n: int, config: Config, workdir: Path, profile: bool) -> Result:
         print(f"N={n}: stages in process...", file=sys.stderr, flush=True)
         stages = run_stages(folder, config.stage_edits, shape, upstream_port, stage_profile)
         print(f"N={n}: weir run, {config.edits} edits...", file=sys.stderr, flush=True)
+        args = (folder, n, shape, pki, listener_ports, upstream_port, dns_port, config)
         for attempt in range(1, 3):
-            e2e = run_end_to_end(
-                folder, n, shape, pki, listener_ports, upstream_port, dns_port, config, weir_profile
-            )
+            cache_dir = workdir / f"cache-{n}-{attempt}"
+            e2e = run_end_to_end(*args, weir_profile, edits=config.edits, cache_dir=cache_dir)
             e2e.upstream, e2e.attempts = upstream_name, attempt
             if not e2e.error:
                 break
             print(f"N={n}: attempt {attempt} failed: {e2e.error}", file=sys.stderr, flush=True)
+        if not e2e.error:
+            print(f"N={n}: weir run again (restart, parse cache)...", file=sys.stderr, flush=True)
+            # The edited routes as they were, so that the start's probes hold: files changed while
+            # weir was down, parsed again (the rest comes from the cache).
+            for i in {edit["route"] for edit in e2e.edits}:
+                write_atomically(route_file(folder, i), shape.route_yaml(i, n, upstream_port))
+            again = run_end_to_end(*args, None, edits=0, cache_dir=cache_dir)
+            if again.error:
+                print(f"N={n}: the restart failed: {again.error}", file=sys.stderr, flush=True)
+            e2e.restart = {
+                "start_s": math.nan if again.error else again.start_s,
+                "weir_cpu_start_s": again.weir_cpu_start_s,
+                **{f"milestone_{k}": v for k, v in again.milestones.items()},
+            }
         return Result(n, stages, e2e)
     finally:
         procs.stop_all()
@@ -908,6 +935,9 @@ def rows(results: Sequence[Result]) -> list[tuple[str, list[str], str]]:
     def p(q: float, kind: str | None = None) -> Any:
         return lambda r: percentile(r.edit_latencies(kind), q) / 1000
 
+    def restart(name: str) -> Any:
+        return lambda r: r.e2e.restart.get(name, math.nan)
+
     spec: list[tuple[str, Any, str]] = [
         ("load + validate (in process)", stage("load"), "s"),
         ("translate (in process)", stage("translate"), "s"),
@@ -939,6 +969,10 @@ def rows(results: Sequence[Result]) -> list[tuple[str, list[str], str]]:
         ("weir run: first sampled route served", lambda r: r.e2e.first_route_s, "s"),
         ("**start → every sampled route served**", lambda r: r.e2e.start_s, "s"),
         ("weir CPU time until then", lambda r: r.e2e.weir_cpu_start_s, "s"),
+        ("restart: files loaded (parse cache)", restart("milestone_loaded"), "s"),
+        ("restart: first snapshot served", restart("milestone_served"), "s"),
+        ("**restart → every sampled route served**", restart("start_s"), "s"),
+        ("weir CPU time until then (restart)", restart("weir_cpu_start_s"), "s"),
         ("**edit → served, p50**", p(50), "s"),
         ("**edit → served, p99**", p(99), "s"),
         ("edit → served, p50, path edits", p(50, "path"), "s"),

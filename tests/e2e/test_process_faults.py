@@ -590,3 +590,35 @@ async def test_a_weir_that_fails_to_start_leaves_the_envoy_serving_for_the_next(
         first.stop()
         failing.stop()
         third.stop()
+
+
+async def test_a_restarted_weir_reads_unchanged_files_from_its_parse_cache(
+    manifests: Path, echo: EchoHttpServer, short_tmp: Path
+) -> None:
+    """The first weir writes the parse cache once it serves; the next one, on the same folder,
+    reads the unchanged file from it, parses the changed one, and serves both as they are now."""
+    gateway_port = free_port()
+    (manifests / "web.yaml").write_text(web(gateway_port, echo))
+    (manifests / "extra.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra, namespace: default}\ndata: {a: b}\n"
+    )
+    cache_dir = short_tmp / "cache"
+    first = WeirRun(manifests, gateway_port, short_tmp / "run1", "--cache-dir", str(cache_dir))
+    second = WeirRun(manifests, gateway_port, short_tmp / "run2", "--cache-dir", str(cache_dir))
+    try:
+        first.start()
+        await eventually(first.ready, timeout=30, interval=0.1)
+        await eventually(lambda: "parse cache: wrote 2 files" in first.output(), timeout=30, interval=0.2)
+        assert [p.suffix for p in cache_dir.iterdir()] == [".pickle"]
+        assert first.proc is not None
+        first.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(first.proc.wait, 15) == 0
+        # Changed while no weir ran: this one must be parsed again, not taken from the cache.
+        (manifests / "web.yaml").write_text(web(gateway_port, echo, path="/new"))
+        second.start()
+        await eventually(second.ready, timeout=30, interval=0.1)
+        assert await answers(second.url("/new"))
+        assert "parse cache: 1 of 2 files read" in second.output()
+    finally:
+        first.stop()
+        second.stop()

@@ -53,6 +53,7 @@ from weir.loader import (
     read_bytes,
     unreadable,
 )
+from weir.providers.files.parsecache import ParseCache
 from weir.resources import Resources, copy_mapping
 
 __all__ = ["FilesProvider", "Snapshot"]
@@ -67,6 +68,13 @@ KEPT_OBJECT = "kept the last valid version"
 #: objects is served (see FilesProvider._hold): ``cp`` and ``>`` leave it empty, then half
 #: written, for a moment.
 REWRITE_GRACE_S = 1.0
+#: When the parse cache is written, if files changed: after the start, not during it (pickling
+#: 10,000 files' results costs about a second of CPU while Envoy takes in their configuration):
+#: this many seconds per file read after watching starts, at most CACHE_SAVE_AFTER_S; then every
+#: CACHE_SAVE_EVERY_S.
+CACHE_SAVE_AFTER_S_PER_FILE = 0.001
+CACHE_SAVE_AFTER_S = 10.0
+CACHE_SAVE_EVERY_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,7 @@ class FilesProvider:
         *,
         debounce_ms: int = 50,
         grace_s: float = REWRITE_GRACE_S,
+        parse_cache: ParseCache | None = None,
     ) -> None:
         if not paths:
             raise ValueError("FilesProvider needs at least one file or folder")
@@ -156,6 +165,11 @@ class FilesProvider:
         self._logged: set[tuple[str, str, str | None, str | None, str]] = set()
         self._fingerprint: _Fingerprint | None = None
         self._snapshot: Snapshot | None = None
+        # Parse results of an earlier run (a restart parses only what changed); dropped after the
+        # first read. ``_cache_saved`` is the fingerprint last written there.
+        self._parse_cache = parse_cache
+        self._generation = 0  # counts changes of ``_cache``'s results
+        self._cache_saved = 0  # the generation the parse cache holds (-1: none)
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -187,6 +201,7 @@ class FilesProvider:
             yield self.load()
         queue: asyncio.Queue[set[str] | None] = asyncio.Queue()
         watchers = _Watchers(queue, targets=frozenset(os.path.abspath(p) for p in self._paths))
+        saving = asyncio.create_task(self._keep_cache_saved()) if self._parse_cache is not None else None
         try:
             plan = self._watch_plan()
             await watchers.start(plan)
@@ -206,7 +221,26 @@ class FilesProvider:
                     await watchers.start(plan)
                     changed_since |= await asyncio.to_thread(self._reload, set())
         finally:
+            if saving is not None:
+                saving.cancel()
             await watchers.stop()
+
+    def save_parse_cache(self) -> bool:
+        """Write the parse cache (if there is one) unless it already holds what was read; True if written."""
+        generation = self._generation
+        if self._parse_cache is None or self._snapshot is None or generation == self._cache_saved:
+            return False
+        entries = [(name, c.digest, c.result) for name, c in list(self._cache.items()) if c.digest]
+        if self._parse_cache.save(entries):
+            self._cache_saved = generation
+            return True
+        return False
+
+    async def _keep_cache_saved(self) -> None:
+        await asyncio.sleep(min(CACHE_SAVE_AFTER_S, len(self._cache) * CACHE_SAVE_AFTER_S_PER_FILE))
+        while True:
+            await asyncio.to_thread(self.save_parse_cache)
+            await asyncio.sleep(CACHE_SAVE_EVERY_S)
 
     # -------------------------------------------------------------- watching
 
@@ -230,7 +264,6 @@ class FilesProvider:
                 flat.append(parent)
         return tuple(sorted(set(trees))), tuple(sorted(set(flat)))
 
-    # -------------------------------------------------------------- reading
     # -------------------------------------------------------------- reading
 
     def _reload(self, changed: set[str]) -> bool:
@@ -257,6 +290,9 @@ class FilesProvider:
                 continue
             cache[name] = entry
         self._cache = cache
+        if self._parse_cache is not None and self._snapshot is None:
+            self._cache_saved = 0 if self._parse_cache.current else -1
+            self._parse_cache.forget()
         self._held = {name: held for name, held in self._held.items() if name in cache}
         fingerprint: _Fingerprint = (
             tuple((name, c.digest) for name, c in cache.items()),
@@ -265,6 +301,7 @@ class FilesProvider:
         if self._snapshot is not None and fingerprint == self._fingerprint:
             return False
         self._fingerprint = fingerprint
+        self._generation += self._snapshot is not None
         self._publish(self._build(missing))
         return True
 
@@ -281,6 +318,7 @@ class FilesProvider:
         if not edited:
             return False
         self._fingerprint = None  # the next full read publishes whatever it finds
+        self._generation += 1
         self._publish(self._build_edited(edited) or self._build(self._missing))
         return True
 
@@ -314,8 +352,11 @@ class FilesProvider:
             return self._hold(name, replace(latest, stat=stat))
         if served is not None and served.digest == digest:
             return self._hold(name, replace(served, stat=stat))
-        log.debug("reading %s", name)
-        return self._hold(name, _Cached(stat, digest, parse_bytes(raw, name)))
+        result = self._parse_cache.take(name, digest) if self._parse_cache is not None else None
+        if result is None:
+            log.debug("reading %s", name)
+            result = parse_bytes(raw, name)
+        return self._hold(name, _Cached(stat, digest, result))
 
     def _hold(self, name: str, entry: _Cached) -> _Cached:
         """What to serve for ``name``, which reads ``entry`` now: ``entry``, or the entry served before.
