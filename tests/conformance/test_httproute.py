@@ -1995,9 +1995,6 @@ spec:
   - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-2}}]
     retry: {codes: [500, 502, 503, 504], attempts: 2}
     backendRefs: [{name: infra-backend-v3, port: 8080}]
-  - matches: [{path: {type: PathPrefix, value: /retry/code-all-attempts-0}}]
-    retry: {codes: [500, 502, 503, 504], attempts: 0}
-    backendRefs: [{name: infra-backend-v3, port: 8080}]
   - matches: [{path: {type: PathPrefix, value: /retry-on-connection-errors}}]
     retry: {attempts: 2}
     backendRefs: [{name: infra-backend-v3, port: 8080}]
@@ -2017,7 +2014,6 @@ RETRY_EXCHANGES = (
             ("/retry/code-all-attempts-2", code, 3, code),
         )
     ),
-    ("/retry/code-all-attempts-0", 500, 1, 500),  # attempts 0: no retry (suite's own row)
 )
 
 #: Connection errors are retried once ``retry`` is set, codes or not: the backend closes the

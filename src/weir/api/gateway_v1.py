@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -734,8 +735,10 @@ class HTTPRouteTimeouts(Model):
 class HTTPRouteRetry(Model):
     """``retry`` (Gateway API v1.6): which answers to retry, how many times, and the backoff."""
 
-    codes: tuple[Annotated[int, Field(ge=400, le=599, strict=True)], ...] = ()
-    attempts: int | None = Field(default=None, strict=True)
+    codes: tuple[Annotated[int, Field(ge=400, le=599, strict=True)], ...] = Field(
+        default=(), json_schema_extra=LIST_SET
+    )
+    attempts: int | None = Field(default=None, ge=1, strict=True)
     backoff: Duration | None = None
 
 
@@ -784,7 +787,9 @@ class SessionPersistence(Model):
 
     session_name: str | None = Field(default=None, max_length=128)
     absolute_timeout: Duration | None = None
-    idle_timeout: Duration | None = None
+    #: Not a field of Gateway API v1.6.1 (earlier experimental releases had it): an API server
+    #: drops it, whatever it holds, so loading takes any value; translation reports it unsupported.
+    idle_timeout: Annotated[object, WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True})] = None
     type: Literal["Cookie", "Header"] = "Cookie"
     cookie_config: CookieConfig | None = None
 

@@ -112,6 +112,24 @@ def _match_problems(match: HTTPRouteMatch, where: str) -> list[str]:
     return found
 
 
+#: What Envoy refuses in an HTTP header value, and in every field it checks as one (a header
+#: edit's value; a rewritten or redirected path, which becomes ``:path``). One such value in a
+#: route configuration makes Envoy refuse the whole configuration: every route of the listener
+#: would stop getting updates, so the route holding it is not accepted instead.
+NOT_IN_HEADER_VALUE = ("\r", "\n", "\0")
+
+
+def header_value_problem(where: str, what: str, value: str) -> str | None:
+    """The problem of ``value`` (``what`` it is, at ``where``) as text Envoy takes as a header
+    value, or ``None``: every value weir sends to Envoy as one goes through here."""
+    if not any(c in value for c in NOT_IN_HEADER_VALUE):
+        return None
+    return (
+        f"{where}: {what} contains CR, LF or NUL, which Envoy refuses in a header value; "
+        "write it on one line, without them"
+    )
+
+
 def _filter_problems(f: HTTPRouteFilter, where: str) -> list[str]:
     if f.type == "ExtensionRef":
         return [f"{where}: ExtensionRef filters are not supported (weir has no extension filters)"]
@@ -121,7 +139,20 @@ def _filter_problems(f: HTTPRouteFilter, where: str) -> list[str]:
         return _header_problems(f.request_header_modifier, f"{where}.requestHeaderModifier")
     if f.response_header_modifier is not None:
         return _header_problems(f.response_header_modifier, f"{where}.responseHeaderModifier")
+    if f.url_rewrite is not None:
+        return _path_problems(f.url_rewrite.path, f"{where}.urlRewrite.path")
+    if f.request_redirect is not None:
+        return _path_problems(f.request_redirect.path, f"{where}.requestRedirect.path")
     return []
+
+
+def _path_problems(path: HTTPPathModifier | None, where: str) -> list[str]:
+    """A rewritten or redirected path: Envoy checks it as a header value."""
+    if path is None:
+        return []
+    values = (("replaceFullPath", path.replace_full_path), ("replacePrefixMatch", path.replace_prefix_match))
+    found = (header_value_problem(f"{where}.{name}", "the path", v) for name, v in values if v is not None)
+    return [problem for problem in found if problem]
 
 
 def _header_problems(config: HTTPHeaderFilter, where: str) -> list[str]:
@@ -143,8 +174,9 @@ def _header_problems(config: HTTPHeaderFilter, where: str) -> list[str]:
                 f"{where}.{action}: header {name!r} cannot be modified here; "
                 "use a URLRewrite filter's hostname to change Host"
             )
-        if any(c in value for c in "\r\n\0"):
-            found.append(f"{where}.{action}: the value of header {name!r} contains CR, LF or NUL")
+        problem = header_value_problem(f"{where}.{action}", f"the value of header {name!r}", value)
+        if problem:
+            found.append(problem)
     return found
 
 
