@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from weir import loader
 from weir.loader import parse_bytes
-from weir.providers.files import parsecache, provider
+from weir.providers.files import parallel, parsecache
 from weir.providers.files.parsecache import KEEP_FILES, ParseCache
 from weir.providers.files.provider import FilesProvider
 
@@ -67,7 +67,7 @@ def test_a_restart_reads_every_unchanged_file_from_the_cache(
     assert first.save_parse_cache()
     assert not first.save_parse_cache()  # nothing changed since
 
-    monkeypatch.setattr(provider, "parse_bytes", NoParsing())
+    monkeypatch.setattr(parallel, "parse_bytes", NoParsing())
     second, cache, after = _start(folder, tmp_path / "cache")
     assert (cache.hits, cache.misses) == (20, 0)
     assert after.resources.objects == before.resources.objects
@@ -87,7 +87,7 @@ def test_only_the_changed_files_are_parsed_again(tmp_path: Path, monkeypatch: py
         parsed.append(os.path.basename(file))
         return parse_bytes(raw, file)
 
-    monkeypatch.setattr(provider, "parse_bytes", counting)
+    monkeypatch.setattr(parallel, "parse_bytes", counting)
     second, cache, snapshot = _start(folder, tmp_path / "cache")
     assert sorted(parsed) == ["new.yaml", "r3.yaml"]
     assert (cache.hits, cache.misses) == (4, 2)

@@ -49,10 +49,10 @@ from weir.loader import (
     Problem,
     gc_paused,
     manifest_files,
-    parse_bytes,
     read_bytes,
     unreadable,
 )
+from weir.providers.files.parallel import parse_all
 from weir.providers.files.parsecache import ParseCache
 from weir.resources import Resources, copy_mapping
 
@@ -107,6 +107,15 @@ class _Cached:
     stat: tuple[int, int, int]  # mtime_ns, size, inode
     digest: bytes
     result: FileResult
+
+
+@dataclass(frozen=True, slots=True)
+class _ToParse:
+    """A file read whose bytes are to be parsed (then it becomes a :class:`_Cached`)."""
+
+    stat: tuple[int, int, int]
+    digest: bytes
+    raw: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,14 +290,19 @@ class FilesProvider:
         self._files = {str(path): os.path.abspath(path) for path in files}
         self._absolute = {absolute: name for name, absolute in self._files.items()}
         self._missing = missing
-        cache: dict[str, _Cached] = {}
+        read: dict[str, _Cached | _ToParse] = {}
         for name, absolute in list(self._files.items()):
-            entry = self._read(name, force=absolute in changed)
+            entry = self._read_bytes(name, force=absolute in changed)
             if entry is None:  # gone between listing and stat: as if deleted
                 del self._files[name]
                 self._absolute.pop(absolute, None)
                 continue
-            cache[name] = entry
+            read[name] = entry
+        todo = [(name, entry) for name, entry in read.items() if isinstance(entry, _ToParse)]
+        parsed = parse_all([(name, entry.raw) for name, entry in todo])
+        for (name, entry), result in zip(todo, parsed, strict=True):
+            read[name] = self._hold(name, _Cached(entry.stat, entry.digest, result))
+        cache = {name: entry for name, entry in read.items() if isinstance(entry, _Cached)}
         self._cache = cache
         if self._parse_cache is not None and self._snapshot is None:
             self._cache_saved = 0 if self._parse_cache.current else -1
@@ -327,6 +341,14 @@ class FilesProvider:
 
         While the file is held (:meth:`_hold`), the entry served before.
         """
+        entry = self._read_bytes(name, force=force)
+        if isinstance(entry, _ToParse):
+            return self._hold(name, _Cached(entry.stat, entry.digest, parse_all([(name, entry.raw)])[0]))
+        return entry
+
+    def _read_bytes(self, name: str, *, force: bool) -> _Cached | _ToParse | None:
+        """:meth:`_read` up to parsing: the bytes to parse when neither this run nor the parse cache
+        has read them before (the caller parses them and passes the entry to :meth:`_hold`)."""
         try:
             st = os.stat(name)
         except OSError as err:
@@ -355,7 +377,7 @@ class FilesProvider:
         result = self._parse_cache.take(name, digest) if self._parse_cache is not None else None
         if result is None:
             log.debug("reading %s", name)
-            result = parse_bytes(raw, name)
+            return _ToParse(stat, digest, raw)
         return self._hold(name, _Cached(stat, digest, result))
 
     def _hold(self, name: str, entry: _Cached) -> _Cached:
