@@ -16,8 +16,9 @@ pays for a check.
 Data moves forward: translation and build make the clusters; this module
 adds the ``ENDPOINT`` resources. A new answer changes only the assignments
 of the clusters of that name (no translation, no build), delivered to
-``on_change`` in batches (:data:`BATCH_S`), so that thousands of first
-answers make a few pushes, not thousands.
+``on_change`` in batches (:data:`BATCH_S`, spaced by what the last push cost:
+:data:`FLUSH_SPACING`), so that thousands of first answers make a few pushes,
+not thousands, and an answer costs in proportion to the clusters of its name.
 
 What each answer made of a cluster is kept (:meth:`ExternalEndpoints.answers`)
 for the XBackend's status (:func:`amend_statuses`): a mixed answer is served
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,11 @@ log = logging.getLogger("weir.egress")
 
 #: Answers arriving within this many seconds of each other make one push.
 BATCH_S = 0.02
+#: After a push that took weir ``c`` seconds (the assignments, and the controller serving them:
+#: passes over every cluster), the next one waits at least ``FLUSH_SPACING * c``. At 10,000
+#: clusters a push costs tens of milliseconds; pushed every 20 ms, the first answers kept
+#: weir busy with pushes alone and starved the lookups (start took 15 s longer).
+FLUSH_SPACING = 3.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,9 @@ class ExternalEndpoints:
         self._resolver.on_change = self._answered
         self._wanted: dict[str, Wanted] = {}
         self._clusters: dict[tuple[str, ir.DnsSettings], set[str]] = {}
+        # The keys of ``_clusters`` by hostname: an answer names a hostname.
+        self._by_host: dict[str, set[tuple[str, ir.DnsSettings]]] = {}
+        self._quiet_until = 0.0  # loop time before which no push is made (FLUSH_SPACING)
         self._splits: dict[str, Split] = {}
         self._dirty: set[tuple[str, ir.DnsSettings]] = set()
         self._flush: asyncio.TimerHandle | None = None
@@ -150,6 +160,9 @@ class ExternalEndpoints:
         for key in keys.keys() - self._clusters.keys():
             self._resolver.track(*key)
         self._clusters = keys
+        self._by_host = {}
+        for key in keys:
+            self._by_host.setdefault(key[0], set()).add(key)
         resources = {name: r for name, r in self.resources.items() if now.get(name) == self._wanted.get(name)}
         splits = {name: s for name, s in self._splits.items() if name in resources}
         if len(splits) != len(self._splits):
@@ -189,26 +202,34 @@ class ExternalEndpoints:
         into[cluster] = Resource.of(message, cluster)
 
     def _answered(self, answer: Answer) -> None:
-        self._dirty.update(key for key in self._clusters if key[0] == answer.hostname)
+        keys = self._by_host.get(answer.hostname)
+        if not keys:
+            return
+        self._dirty.update(keys)
         if self._flush is None:
-            self._flush = asyncio.get_running_loop().call_later(BATCH_S, self._apply)
+            loop = asyncio.get_running_loop()
+            self._flush = loop.call_later(max(BATCH_S, self._quiet_until - loop.time()), self._apply)
 
     def _apply(self) -> None:
+        started = time.perf_counter()
         self._flush = None
         dirty, self._dirty = self._dirty, set()
         resources = dict(self.resources)
         before = self.generation
+        changed = False
         for key in dirty:
             for cluster in self._clusters.get(key, ()):
+                old = resources.get(cluster)
                 self._assign(cluster, self._wanted[cluster], resources)
-        resources = dict(sorted(resources.items()))
-        if _versions(resources) != _versions(self.resources) or before != self.generation:
+                new = resources.get(cluster)
+                changed = changed or (old.version if old else None) != (new.version if new else None)
+        if changed or before != self.generation:
+            if resources.keys() != self.resources.keys():
+                resources = dict(sorted(resources.items()))
             self.resources = resources
             self._on_change()
-
-
-def _versions(resources: Mapping[str, Resource]) -> dict[str, str]:
-    return {name: resource.version for name, resource in resources.items()}
+        cost = time.perf_counter() - started
+        self._quiet_until = asyncio.get_running_loop().time() + FLUSH_SPACING * cost
 
 
 def amend_statuses(

@@ -592,9 +592,21 @@ def manifest_files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[Path],
 
 def load_paths(paths: Sequence[str | os.PathLike[str]]) -> LoadReport:
     """Load every manifest in ``paths`` (files, and folders walked recursively)."""
+    from weir.parallelparse import parse_all  # it parses with this module: imported when used
+
     files, missing = manifest_files(paths)
     with gc_paused():
-        objects, problems = assemble([read_file(path) for path in files])
+        results: list[FileResult | None] = []
+        readable: list[tuple[str, bytes]] = []
+        for path in files:
+            file = os.fspath(path)
+            try:
+                readable.append((file, read_bytes(file)))
+                results.append(None)
+            except OSError as err:
+                results.append(FileResult(file, (), unreadable(file, err)))
+        parsed = iter(parse_all(readable))  # on two cores when there are many
+        objects, problems = assemble([r if r is not None else next(parsed) for r in results])
     return LoadReport(objects, missing + problems)
 
 

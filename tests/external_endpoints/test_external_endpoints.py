@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -174,5 +175,54 @@ async def test_a_first_lookup_that_fails_is_an_empty_assignment_not_a_warming_cl
         await until(lambda: keeper.resources)
         assert addresses(keeper.resources["xbackend/default/api"]) == []
         assert "no address yet" in (keeper.answers()["xbackend/default/api"].note() or "")
+    finally:
+        await keeper.close()
+
+
+class NoWalk(dict):  # type: ignore[type-arg]
+    """A mapping that may be looked up but not walked (what an answer may cost: its own clusters)."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("an answer walked every tracked name")
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("an answer walked every tracked name")
+
+
+async def test_an_answer_costs_its_own_clusters_not_every_tracked_name(dns: DnsStub) -> None:
+    """Before: each answer compared its hostname with every tracked name (10,000 first answers at
+    10,000 clusters: 10^8 comparisons, most of a 15 s start)."""
+    keeper = ExternalEndpoints(lambda: None, Resolver(lambda a: None, min_ttl=60))
+    try:
+        hosts = [(f"x{i}", f"h{i}.example.test") for i in range(50)]
+        for _, host in hosts:
+            dns.set(host, ["192.0.2.1"])
+        keeper.update(the_ir(dns, *hosts))
+        keeper._clusters = NoWalk(keeper._clusters)
+        await until(lambda: len(keeper.resources) == 50)
+    finally:
+        await keeper.close()
+
+
+async def test_pushes_are_spaced_by_what_the_last_one_cost(dns: DnsStub) -> None:
+    """A push that cost weir 100 ms is followed by none for 300 ms (FLUSH_SPACING): thousands of
+    first answers must not keep weir busy pushing while the lookups wait."""
+    pushes: list[float] = []
+
+    def push() -> None:
+        pushes.append(time.monotonic())
+        time.sleep(0.1)  # what serving 10,000 assignments costs the controller
+
+    keeper = ExternalEndpoints(push, Resolver(lambda a: None, min_ttl=60))
+    try:
+        hosts = [(f"x{i}", f"h{i}.example.test") for i in range(20)]
+        for _, host in hosts:
+            dns.set(host, ["192.0.2.1"])
+        keeper.update(the_ir(dns, *hosts[:1]))
+        await until(lambda: len(pushes) == 1)
+        keeper.update(the_ir(dns, *hosts))  # 19 more names answer one after the other
+        await until(lambda: len(keeper.resources) == 20)
+        gaps = [b - a for a, b in itertools.pairwise(pushes)]
+        assert gaps and min(gaps) >= 0.1 + 0.3 - 0.02, gaps
     finally:
         await keeper.close()

@@ -366,7 +366,7 @@ async def test_only_changed_files_are_parsed_again(tree: Path, monkeypatch: pyte
         parsed.append(Path(file).name)
         return real(raw, file)
 
-    monkeypatch.setattr("weir.providers.files.parallel.parse_bytes", counting)
+    monkeypatch.setattr("weir.parallelparse.parse_bytes", counting)
     provider = FilesProvider([tree], grace_s=0)
     provider.load()
     assert sorted(parsed) == ["ns.yaml", "web.yaml"]

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from weir import loader
+from weir import parallelparse as parallel
 from weir.loader import parse_bytes
-from weir.providers.files import parallel, parsecache
+from weir.providers.files import parsecache
 from weir.providers.files.parsecache import KEEP_FILES, ParseCache
 from weir.providers.files.provider import FilesProvider
 

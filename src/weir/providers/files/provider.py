@@ -52,7 +52,7 @@ from weir.loader import (
     read_bytes,
     unreadable,
 )
-from weir.providers.files.parallel import parse_all
+from weir.parallelparse import parse_all
 from weir.providers.files.parsecache import ParseCache
 from weir.resources import Resources, copy_mapping
 

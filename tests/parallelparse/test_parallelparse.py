@@ -1,4 +1,4 @@
-"""Parsing on two cores (weir.providers.files.parallel): the same results, in order, as parsing
+"""Parsing on two cores (weir.parallelparse): the same results, in order, as parsing
 each file here, whatever the helper process does."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from weir.loader import parse_bytes
-from weir.providers.files import parallel
-from weir.providers.files.parallel import parse_all
+from weir import parallelparse as parallel
+from weir.loader import load_paths, parse_bytes
+from weir.parallelparse import parse_all
 from weir.providers.files.provider import FilesProvider
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[1]
 SEEDS = sorted((ROOT / "loader" / "testdata" / "loader" / "valid").glob("*.yaml")) + sorted(
     (ROOT / "translate" / "testdata").glob("*.in.yaml")
 )
@@ -92,3 +92,16 @@ def test_the_files_provider_reads_a_large_folder_on_two_cores(tmp_path: Path) ->
     serial_snapshot = FilesProvider([tmp_path]).load()
     assert parallel_snapshot.resources.objects == serial_snapshot.resources.objects
     assert parallel_snapshot.problems == serial_snapshot.problems
+
+
+def test_load_paths_reads_a_large_folder_on_two_cores(tmp_path: Path) -> None:
+    """``weir validate`` and ``weir translate`` read through :func:`weir.loader.load_paths`."""
+    for i, path in enumerate(SEEDS):
+        (tmp_path / f"{i:03d}-{path.name}").write_bytes(path.read_bytes())
+    (tmp_path / "zz-pipe.yaml").symlink_to(tmp_path / "nowhere")  # unreadable: its place is kept
+    parallel_report = load_paths([tmp_path])
+    parallel.PARALLEL_MIN = 10**9  # restored by the fixture's monkeypatch
+    serial_report = load_paths([tmp_path])
+    assert parallel_report.objects == serial_report.objects
+    assert parallel_report.problems == serial_report.problems
+    assert any("cannot read" in p.message for p in parallel_report.problems)

@@ -1,13 +1,14 @@
 """Parsing many files on two cores: a helper process parses chunks from the end while this one
 parses from the start.
 
-Parsing (YAML, the schema, CEL rules) is pure Python and holds the GIL, so a
+Used by the files provider and by :func:`weir.loader.load_paths` (``weir validate``, ``weir
+translate``). Parsing (YAML, the schema, CEL rules) is pure Python and holds the GIL, so a
 thread would not help; a second process does. It is worth it only for many
 files: the helper needs about 0.8 s to start (a fresh interpreter importing
 weir) and its results come back pickled. Below :data:`PARALLEL_MIN` files, or
 on one core, everything is parsed here.
 
-The helper is ``python -m weir.providers.files.parallel``, not
+The helper is ``python -m weir.parallelparse``, not
 :mod:`multiprocessing`: ``fork`` would copy the locks of weir's running
 threads, and ``spawn`` imports the caller's ``__main__`` again (a script
 without a main guard would start itself over). It reads chunks of
