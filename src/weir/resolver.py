@@ -37,12 +37,12 @@ import asyncio
 import contextlib
 import logging
 import random
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dnslib import QTYPE, RCODE, DNSError, DNSRecord
-
+from weir import dnswire
 from weir.addresses import denied_by
 from weir.ir import DnsSettings
 
@@ -117,50 +117,34 @@ async def lookup(hostname: str, dns: DnsSettings) -> tuple[tuple[str, ...], floa
 async def _query(
     hostname: str, qtype: str, server: tuple[str, int], timeout: float
 ) -> tuple[tuple[str, ...], float]:
-    question = DNSRecord.question(hostname.rstrip(".") + ".", qtype)
-    question.header.rd = 1
-    packet = question.pack()
+    kind = dnswire.A if qtype == "A" else dnswire.AAAA
     try:
-        raw = await asyncio.wait_for(_udp(packet, server), timeout)
-        reply = DNSRecord.parse(raw)
-        if reply.header.tc:  # truncated: ask again over TCP
-            raw = await asyncio.wait_for(_tcp(packet, server), timeout)
-            reply = DNSRecord.parse(raw)
+        ident, packet = dnswire.question(hostname, kind)
+        async with asyncio.timeout(timeout):
+            reply = dnswire.parse_answer(await _udp(packet, server), ident, hostname, kind)
+            if reply.truncated:  # ask again over TCP
+                reply = dnswire.parse_answer(await _tcp(packet, server), ident, hostname, kind)
     except TimeoutError:
         raise DnsLookupError(f"no answer within {timeout:g} s") from None
-    except (OSError, DNSError, asyncio.IncompleteReadError) as exc:
+    except (OSError, dnswire.DnsWireError, asyncio.IncompleteReadError) as exc:
         raise DnsLookupError(f"{type(exc).__name__}: {exc}") from None
-    if reply.header.id != question.header.id:
-        raise DnsLookupError("answer to another question")
-    rcode = reply.header.rcode
-    if rcode == RCODE.NXDOMAIN:
+    if reply.rcode == dnswire.NXDOMAIN:
         return (), 0.0
-    if rcode != RCODE.NOERROR:
-        raise DnsLookupError(f"server answered {RCODE.get(rcode)}")
-    wanted = getattr(QTYPE, qtype)
-    records = [rr for rr in reply.rr if rr.rtype == wanted]
-    return tuple(str(rr.rdata) for rr in records), float(min((rr.ttl for rr in records), default=0))
+    if reply.rcode != dnswire.NOERROR:
+        raise DnsLookupError(f"server answered {reply.rcode_name}")
+    return reply.addresses, reply.ttl
 
 
 async def _udp(packet: bytes, server: tuple[str, int]) -> bytes:
+    """Send ``packet`` to ``server`` from a new socket (a random source port, as resolvers do
+    against spoofed answers) and return the first datagram that comes back on it."""
     loop = asyncio.get_running_loop()
-    received: asyncio.Future[bytes] = loop.create_future()
-
-    class Protocol(asyncio.DatagramProtocol):
-        def datagram_received(self, data: bytes, addr: object) -> None:
-            if not received.done():
-                received.set_result(data)
-
-        def error_received(self, exc: Exception) -> None:
-            if not received.done():
-                received.set_exception(exc)
-
-    transport, _ = await loop.create_datagram_endpoint(Protocol, remote_addr=server)
-    try:
-        transport.sendto(packet)
-        return await received
-    finally:
-        transport.close()
+    family = socket.AF_INET6 if ":" in server[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        sock.connect(server)  # a connected UDP socket takes datagrams from the server only
+        sock.send(packet)
+        return await loop.sock_recv(sock, 65535)
 
 
 async def _tcp(packet: bytes, server: tuple[str, int]) -> bytes:
