@@ -98,20 +98,36 @@ class Split:
         return f"DNS: {'; '.join(parts)}." if parts else None
 
 
-def wanted(ir_: ir.IR) -> dict[str, Wanted]:
-    """The EDS clusters of ``ir_`` by name: its upstreams that are external hostnames."""
+def wanted(ir_: ir.IR, memo: dict[int, tuple[ir.Upstream, Wanted]] | None = None) -> dict[str, Wanted]:
+    """The EDS clusters of ``ir_`` by name: its upstreams that are external hostnames.
+
+    ``memo`` (id of an upstream → the upstream and its :class:`Wanted`, for
+    ``ir_.dns``) is read and refilled: an edit leaves all but a few upstreams
+    the same objects, whose :class:`Wanted` is then the same object too, so
+    that comparing the result with the last one costs identity checks.
+    """
     out: dict[str, Wanted] = {}
+    fresh: dict[int, tuple[ir.Upstream, Wanted]] = {}
     for upstream in ir_.upstreams:
         destination = upstream.destination
         if isinstance(destination, ir.DnsName):
-            guard = upstream.egress_guard
-            out[upstream.name] = Wanted(
-                destination.hostname,
-                destination.port,
-                destination.dns or ir_.dns,
-                guard.denied_networks if guard is not None else (),
-                upstream.protocol,
-            )
+            known = memo.get(id(upstream)) if memo is not None else None
+            if known is not None and known[0] is upstream:
+                want = known[1]
+            else:
+                guard = upstream.egress_guard
+                want = Wanted(
+                    destination.hostname,
+                    destination.port,
+                    destination.dns or ir_.dns,
+                    guard.denied_networks if guard is not None else (),
+                    upstream.protocol,
+                )
+            fresh[id(upstream)] = (upstream, want)
+            out[upstream.name] = want
+    if memo is not None:
+        memo.clear()
+        memo.update(fresh)
     return out
 
 
@@ -132,6 +148,8 @@ class ExternalEndpoints:
         # The keys of ``_clusters`` by hostname: an answer names a hostname.
         self._by_host: dict[str, set[tuple[str, ir.DnsSettings]]] = {}
         self._quiet_until = 0.0  # loop time before which no push is made (FLUSH_SPACING)
+        self._memo: dict[int, tuple[ir.Upstream, Wanted]] = {}  # see wanted()
+        self._dns: ir.DnsSettings | None = None
         self._splits: dict[str, Split] = {}
         self._dirty: set[tuple[str, ir.DnsSettings]] = set()
         self._flush: asyncio.TimerHandle | None = None
@@ -149,7 +167,10 @@ class ExternalEndpoints:
         answer without addresses (503, and the status says why) until one
         succeeds, so a silent DNS server does not hold Envoy warming.
         """
-        now = wanted(ir_)
+        if ir_.dns != self._dns:
+            self._memo.clear()  # an upstream without its own resolvers uses the IR's
+            self._dns = ir_.dns
+        now = wanted(ir_, self._memo)
         if now == self._wanted:
             return self.resources
         keys: dict[tuple[str, ir.DnsSettings], set[str]] = {}
