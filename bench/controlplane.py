@@ -701,9 +701,11 @@ def run_end_to_end(
     *,
     edits: int,
     cache_dir: Path,
+    wait_for_cache: bool = True,
 ) -> EndToEnd:
     """Start ``weir run`` on ``folder``, time it until every sampled route answers, make ``edits``
-    edits; then wait for the parse cache to be written (a restart on ``cache_dir`` reads it)."""
+    edits; then (``wait_for_cache``) wait for the parse cache to be written, which a restart on
+    ``cache_dir`` reads. A restart that found the cache current writes none."""
     result = EndToEnd()
     admin_port = free_ports(1)[0]
     cmd = weir_command(folder, dns_port, admin_port, config, profile, cache_dir)
@@ -797,7 +799,7 @@ def run_end_to_end(
         result.weir_rss_end, result.weir_hwm_end = rss_mib(proc.pid)
         result.envoy_rss_end = rss_mib(envoy_pid)[0]
         limit = time.perf_counter() + 120
-        while logs.first("cache_written", t0) is None and time.perf_counter() < limit:
+        while wait_for_cache and logs.first("cache_written", t0) is None and time.perf_counter() < limit:
             time.sleep(0.2)
         return result
     finally:
@@ -881,7 +883,7 @@ def run_one(n: int, config: Config, workdir: Path, profile: bool) -> Result:
             # weir was down, parsed again (the rest comes from the cache).
             for i in {edit["route"] for edit in e2e.edits}:
                 write_atomically(route_file(folder, i), shape.route_yaml(i, n, upstream_port))
-            again = run_end_to_end(*args, None, edits=0, cache_dir=cache_dir)
+            again = run_end_to_end(*args, None, edits=0, cache_dir=cache_dir, wait_for_cache=False)
             if again.error:
                 print(f"N={n}: the restart failed: {again.error}", file=sys.stderr, flush=True)
             e2e.restart = {
@@ -1273,8 +1275,15 @@ def write_section(doc: Path, body: str, heading: str = SECTION) -> None:
 # ----------------------------------------------------------------------------- main
 
 
+def _stop_on_sigterm(*_: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so that every ``finally`` stops the processes it started
+    (weir, whose Envoy outlives a killed weir; the upstream; the DNS responder)."""
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     if args[:1] == ["_dns"]:
         serve_dns(args[1] if len(args) > 1 else None)
         return 0
