@@ -180,7 +180,9 @@ async def test_a_value_envoy_refuses_costs_only_its_route(weir: Weir, case: str)
         # The listener's other routes keep getting updates: Envoy took every configuration.
         weir.write("second.yaml", http_route("second", port))
         await _serves(client, weir.url("/second"))
-        assert _programmed(weir) == "True"
+        # Programmed follows Envoy's ACK, which the status loop may take in just after the route
+        # answers: a NACK would leave it False.
+        await eventually(lambda: _programmed(weir) == "True", timeout=5)
         assert await _status(client, weir.url("/bad")) == 404
 
 
@@ -199,5 +201,7 @@ async def test_a_header_match_on_such_a_value_is_served_and_never_matches(weir: 
 
         weir.write("second.yaml", http_route("second", port))
         await _serves(client, weir.url("/second"))
-        assert _programmed(weir) == "True"
+        # Programmed follows Envoy's ACK, which the status loop may take in just after the route
+        # answers: a NACK would leave it False.
+        await eventually(lambda: _programmed(weir) == "True", timeout=5)
         assert await _status(client, weir.url("/bad")) == 404
