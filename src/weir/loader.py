@@ -492,12 +492,17 @@ def load_file(path: str | os.PathLike[str]) -> tuple[list[Loaded], list[Problem]
 
 def read_file(path: str | os.PathLike[str]) -> FileResult:
     """Read and parse one file into a :class:`FileResult`."""
+    read = _read_raw(path)
+    return read if isinstance(read, FileResult) else parse_bytes(read[1], read[0])
+
+
+def _read_raw(path: str | os.PathLike[str]) -> tuple[str, bytes] | FileResult:
+    """``(file, its bytes)``, or the :class:`FileResult` of a file that cannot be read."""
     file = os.fspath(path)
     try:
-        raw = read_bytes(file)
+        return file, read_bytes(file)
     except OSError as err:
         return FileResult(file, (), unreadable(file, err))
-    return parse_bytes(raw, file)
 
 
 class NotRegularFile(OSError):
@@ -596,17 +601,9 @@ def load_paths(paths: Sequence[str | os.PathLike[str]]) -> LoadReport:
 
     files, missing = manifest_files(paths)
     with gc_paused():
-        results: list[FileResult | None] = []
-        readable: list[tuple[str, bytes]] = []
-        for path in files:
-            file = os.fspath(path)
-            try:
-                readable.append((file, read_bytes(file)))
-                results.append(None)
-            except OSError as err:
-                results.append(FileResult(file, (), unreadable(file, err)))
-        parsed = iter(parse_all(readable))  # on two cores when there are many
-        objects, problems = assemble([r if r is not None else next(parsed) for r in results])
+        reads = [_read_raw(path) for path in files]
+        parsed = iter(parse_all([r for r in reads if not isinstance(r, FileResult)]))  # two cores if many
+        objects, problems = assemble([r if isinstance(r, FileResult) else next(parsed) for r in reads])
     return LoadReport(objects, missing + problems)
 
 
